@@ -1,0 +1,207 @@
+//! What replicas apply: batches of requests, each a command with an optional
+//! idempotency key.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{LeaseId, WaiterId};
+use crate::limits::Limits;
+
+/// One Raft log entry's worth of work: many client requests sharing one fsync.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    /// Wall-clock milliseconds since the Unix epoch, stamped by the leader that
+    /// proposed the batch. The only notion of time the state machine ever sees.
+    pub now_ms: u64,
+    /// The bounds every request in this batch is judged against.
+    pub limits: Limits,
+    /// The requests, applied in order; each gets its own [`crate::Outcome`].
+    pub requests: Vec<Request>,
+}
+
+/// A command plus what makes a retry of it safe.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// Present when the client sent an `Idempotency-Key`.
+    pub idempotency: Option<IdempotencyKey>,
+    /// The mutation itself.
+    pub command: Command,
+}
+
+impl Request {
+    /// A request without an idempotency key.
+    pub fn plain(command: Command) -> Self {
+        Request {
+            idempotency: None,
+            command,
+        }
+    }
+}
+
+/// Identifies a client's retries of one mutation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdempotencyKey {
+    /// Who sent it (the authenticated principal; `""` when auth is off).
+    pub principal: String,
+    /// The client's key, 1..=128 printable characters.
+    pub key: String,
+    /// A hash of the request (method, path, body), so that reusing the key for a
+    /// different request is detected.
+    pub fingerprint: u64,
+}
+
+/// Which lease a holding hangs on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LeaseRef {
+    /// An existing lease, named by the caller.
+    Existing(LeaseId),
+    /// A lease created by this very command for this holding alone; it is revoked
+    /// when the holding goes (release, resign, unregister, cancelled wait).
+    New {
+        /// Chosen by the proposer from a CSPRNG.
+        lease_id: LeaseId,
+        /// Requested TTL.
+        ttl_ms: u64,
+    },
+}
+
+impl LeaseRef {
+    /// The lease id either way.
+    pub fn id(&self) -> LeaseId {
+        match self {
+            LeaseRef::Existing(id) => *id,
+            LeaseRef::New { lease_id, .. } => *lease_id,
+        }
+    }
+}
+
+/// Every mutation the state machine knows.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// Create a lease.
+    CreateLease {
+        /// Chosen by the proposer from a CSPRNG.
+        lease_id: LeaseId,
+        /// Requested TTL.
+        ttl_ms: u64,
+        /// Free-text identity shown to others.
+        holder: String,
+    },
+    /// Revoke a lease at its holder's request, releasing everything on it.
+    RevokeLease {
+        /// The lease.
+        lease_id: LeaseId,
+    },
+    /// Expire a lease whose deadline passed on the leader's monotonic clock.
+    ExpireLease {
+        /// The lease.
+        lease_id: LeaseId,
+    },
+    /// Acquire an exclusive lock, or queue for it.
+    Acquire {
+        /// Lock name.
+        name: String,
+        /// The lease the grant hangs on.
+        lease: LeaseRef,
+        /// Who holds it; defaults to the lease's holder.
+        holder: Option<String>,
+        /// `Some` to queue when the lock is held; `None` to fail at once.
+        waiter: Option<WaiterId>,
+        /// How long the lock stays ungrantable after this grant's lease expires.
+        lock_delay_ms: u64,
+    },
+    /// Release a held lock.
+    Release {
+        /// Lock name.
+        name: String,
+        /// The holder's lease.
+        lease_id: LeaseId,
+        /// The holder's fencing token.
+        token: u64,
+    },
+    /// Leave a lock's queue (wait timed out, or the client went away).
+    CancelWait {
+        /// Lock name.
+        name: String,
+        /// The queued request.
+        waiter: WaiterId,
+    },
+    /// Stand for election, or queue as a candidate.
+    Campaign {
+        /// Election name.
+        name: String,
+        /// The lease the candidacy hangs on.
+        lease: LeaseRef,
+        /// The candidate's identity.
+        candidate: String,
+        /// The value the leader publishes (JSON text).
+        value: String,
+        /// `Some` to queue when another leader is elected; `None` to fail at once.
+        waiter: Option<WaiterId>,
+    },
+    /// Publish a new value as the elected leader.
+    Proclaim {
+        /// Election name.
+        name: String,
+        /// The leader's lease.
+        lease_id: LeaseId,
+        /// The leader's token.
+        token: u64,
+        /// The new value (JSON text).
+        value: String,
+    },
+    /// Step down as leader; the next candidate in line is elected.
+    Resign {
+        /// Election name.
+        name: String,
+        /// The leader's lease.
+        lease_id: LeaseId,
+        /// The leader's token.
+        token: u64,
+    },
+    /// Leave an election's candidate queue.
+    CancelCampaign {
+        /// Election name.
+        name: String,
+        /// The queued candidacy.
+        waiter: WaiterId,
+    },
+    /// Register a cluster-unique name (or update its value, by the same lease).
+    Register {
+        /// The name.
+        name: String,
+        /// The lease the registration hangs on.
+        lease: LeaseRef,
+        /// Who owns it; defaults to the lease's holder.
+        holder: Option<String>,
+        /// The registered value (JSON text).
+        value: String,
+    },
+    /// Unregister a name owned by this lease.
+    Unregister {
+        /// The name.
+        name: String,
+        /// The owner's lease.
+        lease_id: LeaseId,
+    },
+    /// Let time-driven rules run: grants held back by a lock delay that has passed,
+    /// and forgetting idempotency records older than their retention.
+    Tick,
+}
+
+impl Command {
+    /// The lease this command creates, if any, with its TTL.
+    pub fn created_lease(&self) -> Option<(LeaseId, u64)> {
+        match self {
+            Command::CreateLease {
+                lease_id, ttl_ms, ..
+            } => Some((*lease_id, *ttl_ms)),
+            Command::Acquire { lease, .. }
+            | Command::Campaign { lease, .. }
+            | Command::Register { lease, .. } => match lease {
+                LeaseRef::New { lease_id, ttl_ms } => Some((*lease_id, *ttl_ms)),
+                LeaseRef::Existing(_) => None,
+            },
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! Why a command was refused. Every variant maps to one stable API error code.
+
+use serde::{Deserialize, Serialize};
+
+/// A refusal by the state machine. Refused commands change nothing (except that an
+/// idempotency record may remember the refusal).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum CoreError {
+    /// The resource name breaks the naming rules.
+    #[error("invalid name: {reason}")]
+    InvalidName {
+        /// Which rule.
+        reason: String,
+    },
+    /// TTL outside the configured bounds.
+    #[error("ttl_ms must be between {min_ms} and {max_ms}, got {ttl_ms}")]
+    InvalidTtl {
+        /// Requested.
+        ttl_ms: u64,
+        /// Lower bound.
+        min_ms: u64,
+        /// Upper bound.
+        max_ms: u64,
+    },
+    /// A lock delay above the configured bound.
+    #[error("lock_delay_ms must be at most {max_ms}, got {lock_delay_ms}")]
+    InvalidLockDelay {
+        /// Requested.
+        lock_delay_ms: u64,
+        /// Upper bound.
+        max_ms: u64,
+    },
+    /// A value above the size limit.
+    #[error("value is {size} bytes, the limit is {max}")]
+    ValueTooLarge {
+        /// Size of the value.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A holder identity above the size limit.
+    #[error("holder is {size} bytes, the limit is {max}")]
+    HolderTooLong {
+        /// Size of the holder text.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// No such lease (never existed, revoked or expired).
+    #[error("lease not found")]
+    LeaseNotFound,
+    /// A lease with this id already exists (a proposer's id collision).
+    #[error("lease already exists")]
+    LeaseExists,
+    /// The lock is held by someone else (or is in its lock delay).
+    #[error("lock is held")]
+    LockHeld {
+        /// The current holder, `None` when the lock is free but in lock delay.
+        holder: Option<String>,
+        /// The current holder's token.
+        token: Option<u64>,
+    },
+    /// The token does not belong to the lock's current holder.
+    #[error("lock lost: the token is not the current holder's")]
+    LockLost {
+        /// The current holder's token, if the lock is held.
+        current_token: Option<u64>,
+    },
+    /// Another candidate is leader.
+    #[error("not elected")]
+    NotElected {
+        /// The current leader's candidate name.
+        leader: Option<String>,
+        /// The current leader's token.
+        token: Option<u64>,
+    },
+    /// The (lease, token) pair is not the election's current leader.
+    #[error("not the leader")]
+    NotLeader,
+    /// The name is registered by another lease.
+    #[error("name is taken")]
+    NameTaken {
+        /// The owner.
+        holder: String,
+        /// The registration's token.
+        token: u64,
+    },
+    /// The name is registered by another lease.
+    #[error("not the owner of this name")]
+    NotOwner,
+    /// Nothing registered under that name.
+    #[error("not found")]
+    NotFound,
+    /// The queued request is no longer queued (granted, cancelled, or never was).
+    #[error("no such waiter")]
+    WaiterNotFound,
+    /// A per-lock or per-lease quota is exhausted.
+    #[error("quota exceeded: {what}")]
+    QuotaExceeded {
+        /// Which quota.
+        what: String,
+    },
+    /// The idempotency key was used before for a different request.
+    #[error("idempotency key was used for a different request")]
+    IdempotencyKeyReused,
+}

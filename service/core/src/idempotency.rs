@@ -1,0 +1,76 @@
+//! Remembered answers for retried mutations.
+
+use std::collections::{HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::CoreError;
+use crate::outcome::Reply;
+
+/// How long an idempotency key is remembered, in leader-stamped milliseconds.
+pub const IDEMPOTENCY_RETENTION_MS: u64 = 10 * 60 * 1000;
+
+/// The answer first given to a keyed request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Record {
+    pub fingerprint: u64,
+    pub result: Result<Reply, CoreError>,
+    pub revision: u64,
+}
+
+/// (principal, key) -> first answer, forgotten after [`IDEMPOTENCY_RETENTION_MS`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct IdempotencyTable {
+    records: HashMap<(String, String), Record>,
+    /// Keys in the order they were recorded, with their recording time. Times are
+    /// non-decreasing because the state machine's clock never goes back.
+    by_age: VecDeque<(u64, String, String)>,
+}
+
+impl IdempotencyTable {
+    pub fn get(&self, principal: &str, key: &str) -> Option<&Record> {
+        // A tuple key cannot be borrowed as (&str, &str); the allocation is only
+        // paid by requests that carry a key.
+        self.records.get(&(principal.to_owned(), key.to_owned()))
+    }
+
+    pub fn insert(&mut self, now_ms: u64, principal: &str, key: &str, record: Record) {
+        let id = (principal.to_owned(), key.to_owned());
+        if self.records.insert(id, record).is_none() {
+            self.by_age
+                .push_back((now_ms, principal.to_owned(), key.to_owned()));
+        }
+    }
+
+    /// A queued request's wait ended: later retries get the final answer.
+    pub fn update(
+        &mut self,
+        principal: &str,
+        key: &str,
+        result: Result<Reply, CoreError>,
+        revision: u64,
+    ) {
+        if let Some(record) = self
+            .records
+            .get_mut(&(principal.to_owned(), key.to_owned()))
+        {
+            record.result = result;
+            record.revision = revision;
+        }
+    }
+
+    pub fn expire(&mut self, now_ms: u64) {
+        while let Some((at, _, _)) = self.by_age.front() {
+            if at.saturating_add(IDEMPOTENCY_RETENTION_MS) > now_ms {
+                break;
+            }
+            if let Some((_, principal, key)) = self.by_age.pop_front() {
+                self.records.remove(&(principal, key));
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+}

@@ -1,0 +1,49 @@
+//! A lease and what hangs on it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::WaiterId;
+
+/// Something attached to a lease, released when the lease goes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Attachment {
+    /// Holds this lock.
+    Lock(String),
+    /// Waits in this lock's queue.
+    LockWait(String, WaiterId),
+    /// Owns this registered name.
+    Name(String),
+    /// Leads this election.
+    Leader(String),
+    /// Waits in this election's candidate queue.
+    Candidacy(String, WaiterId),
+}
+
+/// A lease as the state machine keeps it. The deadline is not here: it lives in the
+/// leader's memory (keepalives cost no log write); only expiry is replicated.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Lease {
+    pub ttl_ms: u64,
+    pub holder: String,
+    /// Created by an acquire/campaign/register for that holding alone: revoked when
+    /// its last attachment goes.
+    pub ephemeral: bool,
+    /// A `Vec`, not a set: leases usually carry one to a few holdings, and a small
+    /// vector costs a fraction of a tree node's memory.
+    pub attachments: Vec<Attachment>,
+}
+
+impl Lease {
+    pub fn detach(&mut self, attachment: &Attachment) {
+        if let Some(index) = self.attachments.iter().position(|a| a == attachment) {
+            self.attachments.swap_remove(index);
+        }
+    }
+
+    pub fn replace(&mut self, old: &Attachment, new: Attachment) {
+        match self.attachments.iter_mut().find(|a| *a == old) {
+            Some(slot) => *slot = new,
+            None => self.attachments.push(new),
+        }
+    }
+}

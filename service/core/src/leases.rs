@@ -1,0 +1,112 @@
+//! Lease rules: create, revoke, expire; ending a lease releases all it holds.
+
+use crate::error::CoreError;
+use crate::ids::LeaseId;
+use crate::lease::{Attachment, Lease};
+use crate::limits::Limits;
+use crate::machine::{check_holder, check_ttl, StateMachine};
+use crate::outcome::{EndReason, Event, EventKind, Released, Reply};
+
+impl StateMachine {
+    pub(crate) fn create_lease(
+        &mut self,
+        limits: &Limits,
+        lease_id: LeaseId,
+        ttl_ms: u64,
+        holder: &str,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        check_ttl(limits, ttl_ms)?;
+        check_holder(limits, Some(holder))?;
+        if self.leases.contains_key(&lease_id) {
+            return Err(CoreError::LeaseExists);
+        }
+        self.leases.insert(
+            lease_id,
+            Lease {
+                ttl_ms,
+                holder: holder.to_owned(),
+                ephemeral: false,
+                attachments: Vec::new(),
+            },
+        );
+        self.emit(
+            events,
+            EventKind::LeaseCreated {
+                lease_id,
+                ttl_ms,
+                holder: holder.to_owned(),
+            },
+        );
+        Ok(Reply::LeaseCreated {
+            lease_id,
+            ttl_ms,
+            holder: holder.to_owned(),
+        })
+    }
+
+    pub(crate) fn end_lease_command(
+        &mut self,
+        lease_id: LeaseId,
+        reason: EndReason,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        if !self.leases.contains_key(&lease_id) {
+            return Err(CoreError::LeaseNotFound);
+        }
+        let released = self.end_lease(lease_id, reason, events);
+        Ok(Reply::LeaseEnded { released })
+    }
+
+    /// Removes a lease and, in the same step, everything attached to it. Its queued
+    /// requests leave their queues first, so no handoff below can pick them.
+    pub(crate) fn end_lease(
+        &mut self,
+        lease_id: LeaseId,
+        reason: EndReason,
+        events: &mut Vec<Event>,
+    ) -> Released {
+        let Some(lease) = self.leases.remove(&lease_id) else {
+            return Released::default();
+        };
+        self.emit(
+            events,
+            EventKind::LeaseEnded {
+                lease_id,
+                holder: lease.holder.clone(),
+                reason,
+            },
+        );
+        let mut released = Released::default();
+        let (waits, holdings): (Vec<_>, Vec<_>) = lease
+            .attachments
+            .into_iter()
+            .partition(|a| matches!(a, Attachment::LockWait(..) | Attachment::Candidacy(..)));
+        for attachment in waits.into_iter().chain(holdings) {
+            match attachment {
+                Attachment::LockWait(name, waiter) => {
+                    self.drop_lock_waiter(&name, waiter, reason, events);
+                }
+                Attachment::Candidacy(name, waiter) => {
+                    self.drop_candidate(&name, waiter, reason, events);
+                }
+                Attachment::Lock(name) => {
+                    self.end_lock_holding(&name, reason, events);
+                    released.locks.push(name);
+                }
+                Attachment::Leader(name) => {
+                    self.end_leadership(&name, reason, events);
+                    released.elections.push(name);
+                }
+                Attachment::Name(name) => {
+                    self.end_registration(&name, reason, events);
+                    released.names.push(name);
+                }
+            }
+        }
+        released.locks.sort();
+        released.names.sort();
+        released.elections.sort();
+        released
+    }
+}

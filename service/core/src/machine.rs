@@ -1,0 +1,372 @@
+//! The state machine: every replica applies the same batches in the same order and
+//! reaches the same state.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::{Batch, Command, LeaseRef, Request};
+use crate::error::CoreError;
+use crate::idempotency::{IdempotencyTable, Record};
+use crate::ids::LeaseId;
+use crate::lease::{Attachment, Lease};
+use crate::limits::Limits;
+use crate::outcome::{EndReason, Event, EventKind, Outcome, Reply};
+use crate::slot::Slot;
+
+/// What a log entry tells the state machine about the world.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApplyContext {
+    /// Leader-stamped wall-clock milliseconds.
+    pub now_ms: u64,
+    /// Bounds to judge commands by.
+    pub limits: Limits,
+}
+
+/// A registered name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct NameEntry {
+    pub lease_id: LeaseId,
+    pub holder: String,
+    pub value: String,
+    pub token: u64,
+    pub modified_revision: u64,
+}
+
+/// Baton's whole replicated state and the rules that change it.
+///
+/// Pure and deterministic: no I/O, no clock, no randomness. Time comes in through
+/// [`ApplyContext::now_ms`]; ids come in through commands.
+///
+/// The revision counts state changes: each [`Event`] gets the next revision, and a
+/// grant's fencing token is its event's revision. Tokens are therefore unique and
+/// strictly increasing even when one log entry carries many commands.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StateMachine {
+    pub(crate) revision: u64,
+    /// Highest leader-stamped time seen: leaders' wall clocks may disagree, the
+    /// state machine's clock never goes back.
+    pub(crate) clock_ms: u64,
+    pub(crate) leases: HashMap<LeaseId, Lease>,
+    pub(crate) locks: BTreeMap<String, Slot>,
+    pub(crate) elections: BTreeMap<String, Slot>,
+    pub(crate) names: BTreeMap<String, NameEntry>,
+    /// Locks in lock delay, by the time the delay ends.
+    pub(crate) delayed: BTreeSet<(u64, String)>,
+    pub(crate) idempotency: IdempotencyTable,
+}
+
+impl StateMachine {
+    /// An empty state at revision 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The revision: how many state changes have been applied.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The state machine's clock: the highest leader-stamped time applied so far.
+    pub fn clock_ms(&self) -> u64 {
+        self.clock_ms
+    }
+
+    /// Applies one log entry's batch: one outcome per request, in order.
+    pub fn apply_batch(&mut self, batch: &Batch) -> Vec<Outcome> {
+        let ctx = ApplyContext {
+            now_ms: batch.now_ms,
+            limits: batch.limits,
+        };
+        batch
+            .requests
+            .iter()
+            .map(|request| self.apply(&ctx, request))
+            .collect()
+    }
+
+    /// Applies one request.
+    pub fn apply(&mut self, ctx: &ApplyContext, request: &Request) -> Outcome {
+        self.advance_clock(ctx.now_ms);
+        if let Some(key) = &request.idempotency {
+            if let Some(record) = self.idempotency.get(&key.principal, &key.key) {
+                let replayed = record.fingerprint == key.fingerprint;
+                let result = if replayed {
+                    record.result.clone()
+                } else {
+                    Err(CoreError::IdempotencyKeyReused)
+                };
+                return Outcome {
+                    revision: self.revision,
+                    result,
+                    replayed,
+                    events: Vec::new(),
+                };
+            }
+        }
+        let mut events = Vec::new();
+        let idempotency = request
+            .idempotency
+            .as_ref()
+            .map(|key| (key.principal.clone(), key.key.clone()));
+        let result = self.execute(ctx, &request.command, idempotency, &mut events);
+        if let Some(key) = &request.idempotency {
+            let record = Record {
+                fingerprint: key.fingerprint,
+                result: result.clone(),
+                revision: self.revision,
+            };
+            self.idempotency
+                .insert(self.clock_ms, &key.principal, &key.key, record);
+        }
+        Outcome {
+            revision: self.revision,
+            result,
+            replayed: false,
+            events,
+        }
+    }
+
+    fn advance_clock(&mut self, now_ms: u64) {
+        if now_ms > self.clock_ms {
+            self.clock_ms = now_ms;
+            self.idempotency.expire(now_ms);
+        }
+    }
+
+    fn execute(
+        &mut self,
+        ctx: &ApplyContext,
+        command: &Command,
+        idempotency: Option<(String, String)>,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        let limits = &ctx.limits;
+        match command {
+            Command::CreateLease {
+                lease_id,
+                ttl_ms,
+                holder,
+            } => self.create_lease(limits, *lease_id, *ttl_ms, holder, events),
+            Command::RevokeLease { lease_id } => {
+                self.end_lease_command(*lease_id, EndReason::Revoked, events)
+            }
+            Command::ExpireLease { lease_id } => {
+                self.end_lease_command(*lease_id, EndReason::Expired, events)
+            }
+            Command::Acquire {
+                name,
+                lease,
+                holder,
+                waiter,
+                lock_delay_ms,
+            } => self.acquire(
+                limits,
+                name,
+                lease,
+                holder.as_deref(),
+                *waiter,
+                *lock_delay_ms,
+                idempotency,
+                events,
+            ),
+            Command::Release {
+                name,
+                lease_id,
+                token,
+            } => self.release(name, *lease_id, *token, events),
+            Command::CancelWait { name, waiter } => self.cancel_wait(name, *waiter, events),
+            Command::Campaign {
+                name,
+                lease,
+                candidate,
+                value,
+                waiter,
+            } => self.campaign(
+                limits,
+                name,
+                lease,
+                candidate,
+                value,
+                *waiter,
+                idempotency,
+                events,
+            ),
+            Command::Proclaim {
+                name,
+                lease_id,
+                token,
+                value,
+            } => self.proclaim(limits, name, *lease_id, *token, value, events),
+            Command::Resign {
+                name,
+                lease_id,
+                token,
+            } => self.resign(name, *lease_id, *token, events),
+            Command::CancelCampaign { name, waiter } => self.cancel_campaign(name, *waiter, events),
+            Command::Register {
+                name,
+                lease,
+                holder,
+                value,
+            } => self.register(limits, name, lease, holder.as_deref(), value, events),
+            Command::Unregister { name, lease_id } => self.unregister(name, *lease_id, events),
+            Command::Tick => {
+                self.settle_due_delays(events);
+                Ok(Reply::Ticked)
+            }
+        }
+    }
+
+    /// Records one state change and returns its revision.
+    pub(crate) fn emit(&mut self, events: &mut Vec<Event>, kind: EventKind) -> u64 {
+        self.revision += 1;
+        events.push(Event {
+            revision: self.revision,
+            kind,
+        });
+        self.revision
+    }
+
+    /// The revision the next event will get (a grant's token, before it is emitted).
+    pub(crate) fn next_revision(&self) -> u64 {
+        self.revision + 1
+    }
+
+    /// Checks that a holding on `lease` may be added: the lease exists (or will be
+    /// created with a valid TTL) and has room. Changes nothing.
+    pub(crate) fn check_lease_for_holding(
+        &self,
+        limits: &Limits,
+        lease: &LeaseRef,
+    ) -> Result<(), CoreError> {
+        match lease {
+            LeaseRef::Existing(id) => {
+                let lease = self.leases.get(id).ok_or(CoreError::LeaseNotFound)?;
+                if lease.attachments.len() >= limits.max_holdings_per_lease as usize {
+                    return Err(CoreError::QuotaExceeded {
+                        what: format!(
+                            "a lease holds at most {} locks, names, elections and waits",
+                            limits.max_holdings_per_lease
+                        ),
+                    });
+                }
+                Ok(())
+            }
+            LeaseRef::New { lease_id, ttl_ms } => {
+                check_ttl(limits, *ttl_ms)?;
+                if self.leases.contains_key(lease_id) {
+                    return Err(CoreError::LeaseExists);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Creates the lease of a [`LeaseRef::New`] (after all checks passed) and returns
+    /// the holder to record: the explicit one, else the lease's.
+    pub(crate) fn materialize_lease(
+        &mut self,
+        lease: &LeaseRef,
+        holder: Option<&str>,
+        events: &mut Vec<Event>,
+    ) -> String {
+        if let LeaseRef::New { lease_id, ttl_ms } = lease {
+            let holder = holder.unwrap_or_default().to_owned();
+            self.leases.insert(
+                *lease_id,
+                Lease {
+                    ttl_ms: *ttl_ms,
+                    holder: holder.clone(),
+                    ephemeral: true,
+                    attachments: Vec::new(),
+                },
+            );
+            self.emit(
+                events,
+                EventKind::LeaseCreated {
+                    lease_id: *lease_id,
+                    ttl_ms: *ttl_ms,
+                    holder,
+                },
+            );
+        }
+        match holder {
+            Some(holder) => holder.to_owned(),
+            None => self
+                .leases
+                .get(&lease.id())
+                .map(|l| l.holder.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    pub(crate) fn attach(&mut self, lease_id: LeaseId, attachment: Attachment) {
+        if let Some(lease) = self.leases.get_mut(&lease_id) {
+            lease.attachments.push(attachment);
+        }
+    }
+
+    pub(crate) fn lease_ttl(&self, lease_id: LeaseId) -> u64 {
+        self.leases.get(&lease_id).map_or(0, |l| l.ttl_ms)
+    }
+
+    /// Detaches a holding; an ephemeral lease left with nothing is revoked.
+    pub(crate) fn detach(
+        &mut self,
+        lease_id: LeaseId,
+        attachment: &Attachment,
+        events: &mut Vec<Event>,
+    ) {
+        let Some(lease) = self.leases.get_mut(&lease_id) else {
+            return;
+        };
+        lease.detach(attachment);
+        if lease.ephemeral && lease.attachments.is_empty() {
+            self.end_lease(lease_id, EndReason::Revoked, events);
+        }
+    }
+
+    pub(crate) fn record_wait_end(
+        &mut self,
+        idempotency: Option<(String, String)>,
+        result: Result<Reply, CoreError>,
+    ) {
+        if let Some((principal, key)) = idempotency {
+            self.idempotency
+                .update(&principal, &key, result, self.revision);
+        }
+    }
+}
+
+pub(crate) fn check_ttl(limits: &Limits, ttl_ms: u64) -> Result<(), CoreError> {
+    if ttl_ms < limits.min_ttl_ms || ttl_ms > limits.max_ttl_ms {
+        return Err(CoreError::InvalidTtl {
+            ttl_ms,
+            min_ms: limits.min_ttl_ms,
+            max_ms: limits.max_ttl_ms,
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn check_holder(limits: &Limits, holder: Option<&str>) -> Result<(), CoreError> {
+    let size = holder.map_or(0, str::len);
+    if size > limits.max_holder_bytes as usize {
+        return Err(CoreError::HolderTooLong {
+            size,
+            max: limits.max_holder_bytes as usize,
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn check_value(limits: &Limits, value: &str) -> Result<(), CoreError> {
+    if value.len() > limits.max_value_bytes as usize {
+        return Err(CoreError::ValueTooLarge {
+            size: value.len(),
+            max: limits.max_value_bytes as usize,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,259 @@
+//! What applying a command produced: the reply for its proposer and the events
+//! for everyone else (waiting requests, watch streams, the lease clock).
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::CoreError;
+use crate::ids::{LeaseId, WaiterId};
+
+/// The result of applying one [`crate::Request`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// The state machine's revision after this request.
+    pub revision: u64,
+    /// The answer for the proposer.
+    pub result: Result<Reply, CoreError>,
+    /// `true` when this is a recorded answer returned for a retried idempotency key.
+    pub replayed: bool,
+    /// Every state change this request caused, in order, each with its own revision.
+    pub events: Vec<Event>,
+}
+
+/// A lock grant (or an election win): what the holder needs to use and keep it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// Lock or election name.
+    pub name: String,
+    /// Fencing token: the revision at which the grant happened.
+    pub token: u64,
+    /// The lease it hangs on.
+    pub lease_id: LeaseId,
+    /// That lease's TTL.
+    pub ttl_ms: u64,
+    /// Who holds it.
+    pub holder: String,
+}
+
+/// Everything that was attached to a lease when it went away.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Released {
+    /// Locks it held.
+    pub locks: Vec<String>,
+    /// Names it had registered.
+    pub names: Vec<String>,
+    /// Elections it led or stood in.
+    pub elections: Vec<String>,
+}
+
+/// The proposer's answer for a command that was accepted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Reply {
+    /// A lease was created.
+    LeaseCreated {
+        /// Its id.
+        lease_id: LeaseId,
+        /// Its TTL.
+        ttl_ms: u64,
+        /// Its holder.
+        holder: String,
+    },
+    /// A lease was revoked or expired, with what it took along.
+    LeaseEnded {
+        /// What was released.
+        released: Released,
+    },
+    /// The lock was granted now (or was already held by this lease).
+    LockGranted(Grant),
+    /// The lock is held; the request waits in the queue.
+    LockQueued {
+        /// The queued request.
+        waiter: WaiterId,
+        /// The lease it hangs on (created by the command, perhaps).
+        lease_id: LeaseId,
+        /// The current holder's identity.
+        holder: Option<String>,
+        /// The current holder's token.
+        token: Option<u64>,
+    },
+    /// The lock was released.
+    LockReleased,
+    /// A queued request left the queue.
+    WaitCancelled,
+    /// The candidate is the leader.
+    Elected {
+        /// The grant.
+        grant: Grant,
+        /// The published value (JSON text).
+        value: String,
+    },
+    /// Another candidate leads; this candidacy waits in the queue.
+    CampaignQueued {
+        /// The queued candidacy.
+        waiter: WaiterId,
+        /// The lease it hangs on.
+        lease_id: LeaseId,
+        /// The current leader's candidate name.
+        leader: Option<String>,
+    },
+    /// The leader's value was updated.
+    Proclaimed {
+        /// Election name.
+        name: String,
+        /// The leader's token.
+        token: u64,
+        /// The new value.
+        value: String,
+    },
+    /// The leader stepped down.
+    Resigned,
+    /// A name was registered (`created`) or its value updated by its owner.
+    NameRegistered {
+        /// The grant (token is the first registration's revision).
+        grant: Grant,
+        /// The registered value.
+        value: String,
+        /// `true` for a new registration, `false` for an update.
+        created: bool,
+    },
+    /// The name was unregistered.
+    NameUnregistered,
+    /// Time-driven rules ran.
+    Ticked,
+}
+
+/// Why a holding ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EndReason {
+    /// Its holder released / resigned / unregistered it, or cancelled its wait.
+    Released,
+    /// Its lease was revoked.
+    Revoked,
+    /// Its lease expired.
+    Expired,
+}
+
+/// One state change, with the revision it happened at.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// The revision this change created.
+    pub revision: u64,
+    /// What changed.
+    pub kind: EventKind,
+}
+
+/// The kinds of state change. Lease ids appear here for the server's own use
+/// (waking requests, the lease clock); watch streams must strip them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum EventKind {
+    /// A lease was created.
+    LeaseCreated {
+        /// The lease.
+        lease_id: LeaseId,
+        /// Its TTL.
+        ttl_ms: u64,
+        /// Its holder.
+        holder: String,
+    },
+    /// A lease ended.
+    LeaseEnded {
+        /// The lease.
+        lease_id: LeaseId,
+        /// Its holder.
+        holder: String,
+        /// Revoked or expired.
+        reason: EndReason,
+    },
+    /// A lock was granted.
+    LockAcquired {
+        /// The grant (its token is this event's revision).
+        grant: Grant,
+        /// The queued request that got it, if it came from the queue.
+        waiter: Option<WaiterId>,
+    },
+    /// A request joined a lock's queue.
+    LockQueued {
+        /// Lock name.
+        name: String,
+        /// The queued request.
+        waiter: WaiterId,
+    },
+    /// A lock was released.
+    LockReleased {
+        /// Lock name.
+        name: String,
+        /// The released grant's token.
+        token: u64,
+        /// Why.
+        reason: EndReason,
+    },
+    /// A request left a lock's queue without being granted.
+    LockWaitEnded {
+        /// Lock name.
+        name: String,
+        /// The queued request.
+        waiter: WaiterId,
+        /// Cancelled, or its lease went.
+        reason: EndReason,
+    },
+    /// A candidate was elected.
+    Elected {
+        /// The grant (token = this event's revision).
+        grant: Grant,
+        /// The leader's value.
+        value: String,
+        /// The queued candidacy that won, if it came from the queue.
+        waiter: Option<WaiterId>,
+    },
+    /// A candidacy joined an election's queue.
+    CandidateQueued {
+        /// Election name.
+        name: String,
+        /// The queued candidacy.
+        waiter: WaiterId,
+    },
+    /// The leader published a new value.
+    Proclaimed {
+        /// Election name.
+        name: String,
+        /// The leader's token.
+        token: u64,
+        /// The new value.
+        value: String,
+    },
+    /// A leader stepped down or lost its lease.
+    LeaderEnded {
+        /// Election name.
+        name: String,
+        /// The leader's token.
+        token: u64,
+        /// Why.
+        reason: EndReason,
+    },
+    /// A candidacy left the queue without being elected.
+    CampaignEnded {
+        /// Election name.
+        name: String,
+        /// The queued candidacy.
+        waiter: WaiterId,
+        /// Cancelled, or its lease went.
+        reason: EndReason,
+    },
+    /// A name was registered or its value updated.
+    NameRegistered {
+        /// The grant.
+        grant: Grant,
+        /// The value.
+        value: String,
+        /// New registration or update.
+        created: bool,
+    },
+    /// A name was unregistered.
+    NameUnregistered {
+        /// The name.
+        name: String,
+        /// The registration's token.
+        token: u64,
+        /// Why.
+        reason: EndReason,
+    },
+}

@@ -1,0 +1,43 @@
+//! Snapshot encoding: one format-version byte, then the state in postcard.
+
+use crate::machine::StateMachine;
+
+/// The snapshot format this build writes. Readers accept every version listed in
+/// [`StateMachine::from_snapshot`].
+pub const SNAPSHOT_FORMAT: u8 = 1;
+
+/// Why a snapshot could not be restored.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// Zero bytes.
+    #[error("snapshot is empty")]
+    Empty,
+    /// Written by a newer (or unknown) format.
+    #[error("snapshot format {0} is not supported by this build (it reads format 1)")]
+    UnsupportedFormat(u8),
+    /// The bytes do not decode.
+    #[error("snapshot is corrupt: {0}")]
+    Corrupt(#[from] postcard::Error),
+}
+
+impl StateMachine {
+    /// Serializes the whole state.
+    pub fn to_snapshot(&self) -> Vec<u8> {
+        let bytes = vec![SNAPSHOT_FORMAT];
+        // Serializing plain data structures into a Vec cannot fail.
+        match postcard::to_extend(self, bytes) {
+            Ok(bytes) => bytes,
+            Err(error) => unreachable!("serializing the state failed: {error}"),
+        }
+    }
+
+    /// Restores a state written by [`StateMachine::to_snapshot`] (of this or an older
+    /// format version).
+    pub fn from_snapshot(bytes: &[u8]) -> Result<StateMachine, SnapshotError> {
+        let (&format, body) = bytes.split_first().ok_or(SnapshotError::Empty)?;
+        match format {
+            1 => Ok(postcard::from_bytes(body)?),
+            other => Err(SnapshotError::UnsupportedFormat(other)),
+        }
+    }
+}

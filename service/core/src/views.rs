@@ -1,0 +1,249 @@
+//! Read-only views of the state, for GET endpoints, validation and the lease clock.
+
+use std::ops::Bound;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::CoreError;
+use crate::ids::LeaseId;
+use crate::lease::Attachment;
+use crate::machine::StateMachine;
+use crate::slot::Slot;
+
+/// A lock as readers see it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockView {
+    /// Lock name.
+    pub name: String,
+    /// Whether someone holds it.
+    pub held: bool,
+    /// The holder's identity.
+    pub holder: Option<String>,
+    /// The holder's fencing token.
+    pub token: Option<u64>,
+    /// Revision since which the current holder holds it.
+    pub since_revision: Option<u64>,
+    /// Requests waiting in the queue.
+    pub waiters: usize,
+    /// The lock is in lock delay until this leader-stamped time.
+    pub delay_until_ms: Option<u64>,
+}
+
+/// A lease as its creator sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseView {
+    /// The lease.
+    pub lease_id: LeaseId,
+    /// Its TTL.
+    pub ttl_ms: u64,
+    /// Its holder.
+    pub holder: String,
+    /// Locks it holds, in name order.
+    pub locks: Vec<String>,
+    /// Names it owns, in name order.
+    pub names: Vec<String>,
+    /// Elections it leads, in name order.
+    pub elections: Vec<String>,
+    /// Queued lock waits and candidacies.
+    pub waiting: usize,
+    /// Created for one holding and revoked with it.
+    pub ephemeral: bool,
+}
+
+/// An election's leader.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderView {
+    /// The leader's candidate identity.
+    pub candidate: String,
+    /// Its published value (JSON text).
+    pub value: String,
+    /// Its fencing token (the revision at which it was elected).
+    pub token: u64,
+    /// Revision of the last change (election or proclaim).
+    pub since_revision: u64,
+}
+
+/// An election as readers see it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ElectionView {
+    /// Election name.
+    pub name: String,
+    /// The leader, if any.
+    pub leader: Option<LeaderView>,
+    /// Candidates waiting in line.
+    pub candidates: usize,
+}
+
+/// A registered name as readers see it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NameView {
+    /// The name.
+    pub name: String,
+    /// Its value (JSON text).
+    pub value: String,
+    /// The owner's identity.
+    pub holder: String,
+    /// The registration's token.
+    pub token: u64,
+    /// Revision of the last change (registration or value update).
+    pub since_revision: u64,
+}
+
+fn lock_view(name: &str, slot: &Slot) -> LockView {
+    LockView {
+        name: name.to_owned(),
+        held: slot.holding.is_some(),
+        holder: slot.holding.as_ref().map(|h| h.holder.clone()),
+        token: slot.holding.as_ref().map(|h| h.token),
+        since_revision: slot.holding.as_ref().map(|h| h.token),
+        waiters: slot.queue.len(),
+        delay_until_ms: slot.delay_until_ms,
+    }
+}
+
+/// Keys of `map` starting with `prefix`, strictly after `after`, at most `limit`.
+fn page<'a, V>(
+    map: &'a std::collections::BTreeMap<String, V>,
+    prefix: &'a str,
+    after: Option<&'a str>,
+    limit: usize,
+) -> impl Iterator<Item = (&'a String, &'a V)> + 'a {
+    let start = match after {
+        Some(after) if after >= prefix => Bound::Excluded(after.to_owned()),
+        _ => Bound::Included(prefix.to_owned()),
+    };
+    map.range((start, Bound::Unbounded))
+        .take_while(move |(name, _)| name.starts_with(prefix))
+        .take(limit)
+}
+
+impl StateMachine {
+    /// The lock, or a free lock's view (`held: false`) when nothing is recorded.
+    pub fn lock(&self, name: &str) -> LockView {
+        match self.locks.get(name) {
+            Some(slot) => lock_view(name, slot),
+            None => lock_view(name, &Slot::default()),
+        }
+    }
+
+    /// Locks that are held, queued on or delayed, in name order.
+    pub fn locks(&self, prefix: &str, after: Option<&str>, limit: usize) -> Vec<LockView> {
+        page(&self.locks, prefix, after, limit)
+            .map(|(name, slot)| lock_view(name, slot))
+            .collect()
+    }
+
+    /// Whether `token` is the current holder's token of lock `name`, and that token.
+    pub fn validate(&self, name: &str, token: u64) -> (bool, Option<u64>) {
+        let current = self
+            .locks
+            .get(name)
+            .and_then(|s| s.holding.as_ref())
+            .map(|h| h.token);
+        (current == Some(token), current)
+    }
+
+    /// Checks that `(lease_id, token)` holds lock `name` (what a renew verifies).
+    pub fn check_lock_holder(
+        &self,
+        name: &str,
+        lease_id: LeaseId,
+        token: u64,
+    ) -> Result<u64, CoreError> {
+        let lease = self.leases.get(&lease_id).ok_or(CoreError::LeaseNotFound)?;
+        let slot = self.locks.get(name);
+        if slot.is_some_and(|s| s.held_with(lease_id, token)) {
+            Ok(lease.ttl_ms)
+        } else {
+            Err(CoreError::LockLost {
+                current_token: slot.and_then(|s| s.holding.as_ref()).map(|h| h.token),
+            })
+        }
+    }
+
+    /// A lease with everything attached to it.
+    pub fn lease(&self, lease_id: LeaseId) -> Option<LeaseView> {
+        let lease = self.leases.get(&lease_id)?;
+        let mut view = LeaseView {
+            lease_id,
+            ttl_ms: lease.ttl_ms,
+            holder: lease.holder.clone(),
+            locks: Vec::new(),
+            names: Vec::new(),
+            elections: Vec::new(),
+            waiting: 0,
+            ephemeral: lease.ephemeral,
+        };
+        for attachment in &lease.attachments {
+            match attachment {
+                Attachment::Lock(name) => view.locks.push(name.clone()),
+                Attachment::Name(name) => view.names.push(name.clone()),
+                Attachment::Leader(name) => view.elections.push(name.clone()),
+                Attachment::LockWait(..) | Attachment::Candidacy(..) => view.waiting += 1,
+            }
+        }
+        view.locks.sort();
+        view.names.sort();
+        view.elections.sort();
+        Some(view)
+    }
+
+    /// The TTL of a live lease.
+    pub fn lease_ttl_ms(&self, lease_id: LeaseId) -> Option<u64> {
+        self.leases.get(&lease_id).map(|l| l.ttl_ms)
+    }
+
+    /// Every live lease with its TTL (for the leader's lease clock).
+    pub fn leases(&self) -> impl Iterator<Item = (LeaseId, u64)> + '_ {
+        self.leases.iter().map(|(id, lease)| (*id, lease.ttl_ms))
+    }
+
+    /// Number of live leases.
+    pub fn lease_count(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// An election, if it has a leader or candidates.
+    pub fn election(&self, name: &str) -> Option<ElectionView> {
+        let slot = self.elections.get(name)?;
+        Some(ElectionView {
+            name: name.to_owned(),
+            leader: slot.holding.as_ref().map(|h| LeaderView {
+                candidate: h.holder.clone(),
+                value: h.value.clone(),
+                token: h.token,
+                since_revision: h.modified_revision,
+            }),
+            candidates: slot.queue.len(),
+        })
+    }
+
+    /// A registered name.
+    pub fn name(&self, name: &str) -> Option<NameView> {
+        self.names.get(name).map(|entry| NameView {
+            name: name.to_owned(),
+            value: entry.value.clone(),
+            holder: entry.holder.clone(),
+            token: entry.token,
+            since_revision: entry.modified_revision,
+        })
+    }
+
+    /// Registered names starting with `prefix`, after `after`, in name order.
+    pub fn names(&self, prefix: &str, after: Option<&str>, limit: usize) -> Vec<NameView> {
+        page(&self.names, prefix, after, limit)
+            .filter_map(|(name, _)| self.name(name))
+            .collect()
+    }
+
+    /// The earliest leader-stamped time at which a [`crate::Command::Tick`] would
+    /// change something (a lock delay ending), if any.
+    pub fn next_timer_ms(&self) -> Option<u64> {
+        self.delayed.first().map(|(until, _)| *until)
+    }
+
+    /// How many idempotency records are retained.
+    pub fn idempotency_records(&self) -> usize {
+        self.idempotency.len()
+    }
+}

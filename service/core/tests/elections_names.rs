@@ -1,0 +1,383 @@
+//! Election, name registry, idempotency and snapshot rules.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use baton_core::{
+    Command, CoreError, EndReason, EventKind, LeaseId, LeaseRef, Reply, StateMachine, WaiterId,
+    IDEMPOTENCY_RETENTION_MS, SNAPSHOT_FORMAT,
+};
+use support::{lease, Driver};
+
+fn campaign(d: &mut Driver, name: &str, l: LeaseId, candidate: &str, wait: bool) -> Reply {
+    let waiter = wait.then(|| d.new_waiter());
+    d.apply(Command::Campaign {
+        name: name.into(),
+        lease: LeaseRef::Existing(l),
+        candidate: candidate.into(),
+        value: format!("\"{candidate}:8080\""),
+        waiter,
+    })
+    .result
+    .unwrap()
+}
+
+fn register(d: &mut Driver, name: &str, l: LeaseId, value: &str) -> Result<Reply, CoreError> {
+    d.apply(Command::Register {
+        name: name.into(),
+        lease: LeaseRef::Existing(l),
+        holder: None,
+        value: value.into(),
+    })
+    .result
+}
+
+#[test]
+fn an_election_leader_resigns_with_two_candidates_queued() {
+    let mut d = Driver::default();
+    let (a, b, c) = (d.create_lease(1), d.create_lease(2), d.create_lease(3));
+    let Reply::Elected { grant, value } = campaign(&mut d, "leader", a, "a", true) else {
+        panic!()
+    };
+    assert_eq!(value, "\"a:8080\"");
+    let Reply::CampaignQueued {
+        waiter: wb, leader, ..
+    } = campaign(&mut d, "leader", b, "b", true)
+    else {
+        panic!()
+    };
+    assert_eq!(leader.as_deref(), Some("a"));
+    let Reply::CampaignQueued { waiter: wc, .. } = campaign(&mut d, "leader", c, "c", true) else {
+        panic!()
+    };
+    assert_eq!(d.sm.election("leader").unwrap().candidates, 2);
+
+    let out = d.apply(Command::Resign {
+        name: "leader".into(),
+        lease_id: a,
+        token: grant.token,
+    });
+    assert_eq!(out.result, Ok(Reply::Resigned));
+    let elected: Vec<_> = out
+        .events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Elected { grant, waiter, .. } => {
+                Some((grant.holder.clone(), *waiter, grant.token, e.revision))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(elected.len(), 1);
+    assert_eq!((elected[0].0.as_str(), elected[0].1), ("b", Some(wb)));
+    assert_eq!(
+        elected[0].2, elected[0].3,
+        "the leader's token is its election revision"
+    );
+    let view = d.sm.election("leader").unwrap();
+    let leader = view.leader.unwrap();
+    assert_eq!(
+        (leader.candidate.as_str(), leader.value.as_str()),
+        ("b", "\"b:8080\"")
+    );
+    assert_eq!(view.candidates, 1);
+
+    // The old leader's token no longer works.
+    assert_eq!(
+        d.apply(Command::Proclaim {
+            name: "leader".into(),
+            lease_id: a,
+            token: grant.token,
+            value: "1".into()
+        })
+        .result,
+        Err(CoreError::NotLeader)
+    );
+    // The new leader proclaims; the token stays, the revision moves.
+    let out = d.apply(Command::Proclaim {
+        name: "leader".into(),
+        lease_id: b,
+        token: leader.token,
+        value: "\"b:9090\"".into(),
+    });
+    assert!(matches!(out.result, Ok(Reply::Proclaimed { token, .. }) if token == leader.token));
+    let after = d.sm.election("leader").unwrap().leader.unwrap();
+    assert_eq!(
+        (after.token, after.value.as_str()),
+        (leader.token, "\"b:9090\"")
+    );
+    assert!(after.since_revision > leader.since_revision);
+
+    // b's lease expires: c is elected.
+    let out = d.apply(Command::ExpireLease { lease_id: b });
+    assert!(out.events.iter().any(|e| matches!(
+        &e.kind,
+        EventKind::LeaderEnded {
+            reason: EndReason::Expired,
+            ..
+        }
+    )));
+    assert!(out
+        .events
+        .iter()
+        .any(|e| matches!(&e.kind, EventKind::Elected { waiter: Some(w), .. } if *w == wc)));
+    assert_eq!(
+        d.sm.election("leader").unwrap().leader.unwrap().candidate,
+        "c"
+    );
+}
+
+#[test]
+fn a_campaign_without_wait_fails_when_someone_leads() {
+    let mut d = Driver::default();
+    let (a, b) = (d.create_lease(1), d.create_lease(2));
+    let Reply::Elected { grant, .. } = campaign(&mut d, "e", a, "a", false) else {
+        panic!()
+    };
+    let out = d.apply(Command::Campaign {
+        name: "e".into(),
+        lease: LeaseRef::Existing(b),
+        candidate: "b".into(),
+        value: "null".into(),
+        waiter: None,
+    });
+    assert_eq!(
+        out.result,
+        Err(CoreError::NotElected {
+            leader: Some("a".into()),
+            token: Some(grant.token)
+        })
+    );
+    // The leader campaigning again keeps its term.
+    let Reply::Elected { grant: again, .. } = campaign(&mut d, "e", a, "a", false) else {
+        panic!()
+    };
+    assert_eq!(again.token, grant.token);
+    // A cancelled candidacy leaves the queue.
+    let Reply::CampaignQueued { waiter, .. } = campaign(&mut d, "e", b, "b", true) else {
+        panic!()
+    };
+    assert_eq!(
+        d.apply(Command::CancelCampaign {
+            name: "e".into(),
+            waiter
+        })
+        .result,
+        Ok(Reply::WaitCancelled)
+    );
+    assert_eq!(d.sm.election("e").unwrap().candidates, 0);
+    assert_eq!(
+        d.apply(Command::CancelCampaign {
+            name: "e".into(),
+            waiter
+        })
+        .result,
+        Err(CoreError::WaiterNotFound)
+    );
+    d.apply(Command::Resign {
+        name: "e".into(),
+        lease_id: a,
+        token: grant.token,
+    })
+    .result
+    .unwrap();
+    assert!(d.sm.election("e").is_none());
+}
+
+#[test]
+fn names_are_registered_once_and_re_registration_keeps_the_token() {
+    let mut d = Driver::default();
+    let (a, b) = (d.create_lease(1), d.create_lease(2));
+    let Ok(Reply::NameRegistered {
+        grant,
+        created: true,
+        ..
+    }) = register(&mut d, "svc/db", a, "1")
+    else {
+        panic!()
+    };
+    assert_eq!(
+        register(&mut d, "svc/db", b, "2"),
+        Err(CoreError::NameTaken {
+            holder: "holder-1".into(),
+            token: grant.token
+        })
+    );
+    let Ok(Reply::NameRegistered {
+        grant: again,
+        created: false,
+        value,
+    }) = register(&mut d, "svc/db", a, "{\"v\":2}")
+    else {
+        panic!()
+    };
+    assert_eq!(again.token, grant.token);
+    assert_eq!(value, "{\"v\":2}");
+    let view = d.sm.name("svc/db").unwrap();
+    assert_eq!(
+        (view.token, view.value.as_str()),
+        (grant.token, "{\"v\":2}")
+    );
+    assert!(view.since_revision > view.token);
+    assert_eq!(
+        d.apply(Command::Unregister {
+            name: "svc/db".into(),
+            lease_id: b
+        })
+        .result,
+        Err(CoreError::NotOwner)
+    );
+    assert_eq!(
+        d.apply(Command::Unregister {
+            name: "nope".into(),
+            lease_id: a
+        })
+        .result,
+        Err(CoreError::NotFound)
+    );
+    assert_eq!(
+        d.apply(Command::Unregister {
+            name: "svc/db".into(),
+            lease_id: a
+        })
+        .result,
+        Ok(Reply::NameUnregistered)
+    );
+    assert!(d.sm.name("svc/db").is_none());
+    assert!(d.sm.lease(a).unwrap().names.is_empty());
+}
+
+#[test]
+fn names_list_by_prefix_with_paging() {
+    let mut d = Driver::default();
+    let a = d.create_lease(1);
+    for name in ["a/1", "a/2", "a/3", "a/4", "b/1", "a0"] {
+        register(&mut d, name, a, "null").unwrap();
+    }
+    let page1 = d.sm.names("a/", None, 3);
+    let names1: Vec<_> = page1.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names1, ["a/1", "a/2", "a/3"]);
+    let page2 = d.sm.names("a/", Some("a/3"), 3);
+    let names2: Vec<_> = page2.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names2, ["a/4"]);
+    assert_eq!(d.sm.names("", None, 100).len(), 6);
+    assert_eq!(d.sm.names("c", None, 100).len(), 0);
+    // Lease expiry unregisters everything.
+    let out = d.apply(Command::ExpireLease { lease_id: a });
+    let Ok(Reply::LeaseEnded { released }) = out.result else {
+        panic!()
+    };
+    assert_eq!(released.names, ["a/1", "a/2", "a/3", "a/4", "a0", "b/1"]);
+    assert!(d.sm.names("", None, 100).is_empty());
+}
+
+#[test]
+fn values_over_the_limit_are_refused() {
+    let mut d = Driver::default();
+    let a = d.create_lease(1);
+    let big = format!("\"{}\"", "x".repeat(4096));
+    assert!(matches!(
+        register(&mut d, "n", a, &big),
+        Err(CoreError::ValueTooLarge {
+            size: 4098,
+            max: 4096
+        })
+    ));
+    let out = d.apply(Command::Campaign {
+        name: "e".into(),
+        lease: LeaseRef::Existing(a),
+        candidate: "a".into(),
+        value: big,
+        waiter: None,
+    });
+    assert!(matches!(out.result, Err(CoreError::ValueTooLarge { .. })));
+}
+
+#[test]
+fn an_idempotent_retry_returns_the_first_answer_without_applying_again() {
+    let mut d = Driver::default();
+    let create = Command::CreateLease {
+        lease_id: lease(1),
+        ttl_ms: 5_000,
+        holder: "x".into(),
+    };
+    let first = d.keyed("k1", 42, create.clone());
+    let revision = d.sm.revision();
+    // The same key, with a command that would otherwise fail (lease exists).
+    let retry = d.keyed("k1", 42, create.clone());
+    assert!(retry.replayed);
+    assert_eq!(retry.result, first.result);
+    assert!(retry.events.is_empty());
+    assert_eq!(d.sm.revision(), revision);
+    // Same key, different request.
+    let reused = d.keyed("k1", 43, Command::RevokeLease { lease_id: lease(1) });
+    assert_eq!(reused.result, Err(CoreError::IdempotencyKeyReused));
+    assert!(d.sm.lease(lease(1)).is_some());
+    // After the retention period the key is forgotten.
+    d.now_ms += IDEMPOTENCY_RETENTION_MS;
+    let later = d.keyed("k1", 42, create);
+    assert!(!later.replayed);
+    assert_eq!(later.result, Err(CoreError::LeaseExists));
+}
+
+#[test]
+fn a_keyed_wait_records_its_final_answer() {
+    let mut d = Driver::default();
+    let (a, b) = (d.create_lease(1), d.create_lease(2));
+    let g = d.grant("db", a);
+    let acquire = Command::Acquire {
+        name: "db".into(),
+        lease: LeaseRef::Existing(b),
+        holder: None,
+        waiter: Some(WaiterId(77)),
+        lock_delay_ms: 0,
+    };
+    let first = d.keyed("wait-1", 1, acquire.clone());
+    assert!(matches!(
+        first.result,
+        Ok(Reply::LockQueued {
+            waiter: WaiterId(77),
+            ..
+        })
+    ));
+    let still_waiting = d.keyed("wait-1", 1, acquire.clone());
+    assert_eq!(still_waiting.result, first.result);
+    d.release("db", a, g.token).result.unwrap();
+    let granted = d.keyed("wait-1", 1, acquire);
+    let Ok(Reply::LockGranted(grant)) = granted.result else {
+        panic!("{granted:?}")
+    };
+    assert_eq!(grant.lease_id, b);
+    assert!(granted.replayed);
+}
+
+#[test]
+fn snapshot_restores_an_identical_state() {
+    let mut d = Driver::default();
+    let (a, b) = (d.create_lease(1), d.create_lease(2));
+    let g = d.grant("db", a);
+    d.wait("db", b);
+    register(&mut d, "svc", a, "[1,2]").unwrap();
+    campaign(&mut d, "e", b, "b", false);
+    d.keyed("k", 1, Command::Tick);
+    let bytes = d.sm.to_snapshot();
+    assert_eq!(bytes[0], SNAPSHOT_FORMAT);
+    let restored = StateMachine::from_snapshot(&bytes).unwrap();
+    assert_eq!(restored, d.sm);
+    // It behaves the same afterwards.
+    let mut twin = Driver {
+        sm: restored,
+        ..Driver::default()
+    };
+    let out1 = d.release("db", a, g.token);
+    let out2 = twin.release("db", a, g.token);
+    assert_eq!(out1, out2);
+    assert_eq!(twin.sm, d.sm);
+}
+
+#[test]
+fn snapshots_of_unknown_formats_or_garbage_are_refused() {
+    assert!(StateMachine::from_snapshot(&[]).is_err());
+    assert!(StateMachine::from_snapshot(&[99, 0, 0]).is_err());
+    assert!(StateMachine::from_snapshot(&[SNAPSHOT_FORMAT, 0xff, 0xff, 0xff]).is_err());
+}

@@ -1,0 +1,524 @@
+//! Lock, lease and lock-delay rules, including the nasty cases.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use baton_core::{
+    Batch, Command, CoreError, EndReason, EventKind, LeaseRef, Limits, Reply, Request,
+    StateMachine, WaiterId,
+};
+use support::{grants, lease, Driver};
+
+#[test]
+fn a_free_lock_is_granted_with_the_revision_as_token() {
+    let mut d = Driver::default();
+    let l = d.create_lease(1);
+    let before = d.sm.revision();
+    let grant = d.grant("db", l);
+    assert_eq!(grant.token, before + 1);
+    assert_eq!(d.sm.revision(), grant.token);
+    assert_eq!(grant.holder, "holder-1");
+    assert_eq!(grant.ttl_ms, 10_000);
+    let view = d.sm.lock("db");
+    assert!(view.held);
+    assert_eq!(view.token, Some(grant.token));
+}
+
+#[test]
+fn a_held_lock_refuses_a_try_and_names_its_holder() {
+    let mut d = Driver::default();
+    let (a, b) = (d.create_lease(1), d.create_lease(2));
+    let grant = d.grant("db", a);
+    let before = d.sm.clone();
+    assert_eq!(
+        d.acquire("db", b),
+        Err(CoreError::LockHeld {
+            holder: Some("holder-1".into()),
+            token: Some(grant.token)
+        })
+    );
+    assert_eq!(d.sm, before, "a refused try changes nothing");
+}
+
+#[test]
+fn re_acquire_by_the_same_lease_returns_the_same_token() {
+    let mut d = Driver::default();
+    let a = d.create_lease(1);
+    let first = d.grant("db", a);
+    let revision = d.sm.revision();
+    let again = d.grant("db", a);
+    assert_eq!(first, again);
+    assert_eq!(d.sm.revision(), revision, "a retry is not a new grant");
+}
+
+#[test]
+fn waiters_are_granted_in_arrival_order_one_at_a_time() {
+    let mut d = Driver::default();
+    let holder = d.create_lease(1);
+    let leases: Vec<_> = (2..=4).map(|n| d.create_lease(n)).collect();
+    let mut token = d.grant("q", holder).token;
+    let waiters: Vec<_> = leases.iter().map(|l| d.wait("q", *l)).collect();
+    let mut current = holder;
+    for (l, w) in leases.iter().zip(&waiters) {
+        let out = d.release("q", current, token);
+        let granted = grants(&out);
+        assert_eq!(granted.len(), 1, "exactly one waiter is woken: {granted:?}");
+        let (name, got_lease, new_token, waiter) = granted[0].clone();
+        assert_eq!((name.as_str(), got_lease, waiter), ("q", *l, Some(*w)));
+        assert!(new_token > token);
+        current = *l;
+        token = new_token;
+    }
+    d.release("q", current, token).result.unwrap();
+    assert!(!d.sm.lock("q").held);
+    assert!(
+        d.sm.locks("", None, 10).is_empty(),
+        "free locks are not stored"
+    );
+}
+
+#[test]
+fn a_stale_token_release_is_refused_and_changes_nothing() {
+    let mut d = Driver::default();
+    let (a, b) = (d.create_lease(1), d.create_lease(2));
+    let old = d.grant("db", a);
+    d.release("db", a, old.token).result.unwrap();
+    let new = d.grant("db", b);
+    let before = d.sm.clone();
+    let cases = [
+        (
+            a,
+            old.token,
+            Err(CoreError::LockLost {
+                current_token: Some(new.token),
+            }),
+        ),
+        (
+            b,
+            old.token,
+            Err(CoreError::LockLost {
+                current_token: Some(new.token),
+            }),
+        ),
+        (
+            a,
+            new.token,
+            Err(CoreError::LockLost {
+                current_token: Some(new.token),
+            }),
+        ),
+        (lease(99), new.token, Err(CoreError::LeaseNotFound)),
+    ];
+    for (l, token, expected) in cases {
+        assert_eq!(d.release("db", l, token).result, expected);
+        assert_eq!(
+            d.sm.check_lock_holder("db", l, token).err(),
+            expected.clone().err()
+        );
+        assert_eq!(
+            d.sm, before,
+            "refused release with ({l:?}, {token}) changed state"
+        );
+    }
+    assert_eq!(d.sm.check_lock_holder("db", b, new.token), Ok(10_000));
+}
+
+#[test]
+fn validate_reports_whether_a_token_is_current() {
+    let mut d = Driver::default();
+    let (a, b) = (d.create_lease(1), d.create_lease(2));
+    assert_eq!(d.sm.validate("db", 1), (false, None));
+    let old = d.grant("db", a);
+    assert_eq!(d.sm.validate("db", old.token), (true, Some(old.token)));
+    d.release("db", a, old.token).result.unwrap();
+    let new = d.grant("db", b);
+    assert_eq!(d.sm.validate("db", old.token), (false, Some(new.token)));
+}
+
+#[test]
+fn a_waiter_whose_lease_expired_while_queued_is_skipped() {
+    let mut d = Driver::default();
+    let (a, b, c) = (d.create_lease(1), d.create_lease(2), d.create_lease(3));
+    let grant = d.grant("db", a);
+    let wb = d.wait("db", b);
+    let wc = d.wait("db", c);
+    let out = d.apply(Command::ExpireLease { lease_id: b });
+    assert!(out.events.iter().any(|e| matches!(
+        &e.kind,
+        EventKind::LockWaitEnded { waiter, reason: EndReason::Expired, .. } if *waiter == wb
+    )));
+    assert_eq!(d.sm.lock("db").waiters, 1);
+    let out = d.release("db", a, grant.token);
+    let granted = grants(&out);
+    assert_eq!(granted.len(), 1);
+    assert_eq!((granted[0].1, granted[0].3), (c, Some(wc)));
+}
+
+#[test]
+fn expiring_a_lease_with_five_locks_and_three_waits_releases_everything_at_once() {
+    let mut d = Driver::default();
+    let (big, other, next) = (d.create_lease(1), d.create_lease(2), d.create_lease(3));
+    let held: Vec<String> = (0..5).map(|i| format!("held-{i}")).collect();
+    for name in &held {
+        d.grant(name, big);
+    }
+    // Someone waits behind two of them.
+    let w0 = d.wait("held-0", next);
+    let w3 = d.wait("held-3", other);
+    // The big lease waits on three locks held by others.
+    for i in 0..3 {
+        d.grant(&format!("other-{i}"), other);
+        d.wait(&format!("other-{i}"), big);
+    }
+    assert_eq!(d.sm.lease(big).unwrap().waiting, 3);
+    let before = d.sm.revision();
+    let out = d.apply(Command::ExpireLease { lease_id: big });
+    let Ok(Reply::LeaseEnded { released }) = &out.result else {
+        panic!("{out:?}")
+    };
+    assert_eq!(released.locks, held);
+    assert!(d.sm.lease(big).is_none());
+    for i in 0..3 {
+        assert_eq!(d.sm.lock(&format!("other-{i}")).waiters, 0);
+    }
+    let granted = grants(&out);
+    assert_eq!(
+        granted.len(),
+        2,
+        "the two waiting locks were handed on: {granted:?}"
+    );
+    assert!(granted.contains(&("held-0".into(), next, granted[0].2, Some(w0))));
+    assert!(granted
+        .iter()
+        .any(|g| g.0 == "held-3" && g.1 == other && g.3 == Some(w3)));
+    for name in &held[1..3] {
+        assert!(!d.sm.lock(name).held);
+    }
+    // One event per change, revisions contiguous and above everything before.
+    let revisions: Vec<u64> = out.events.iter().map(|e| e.revision).collect();
+    let expected: Vec<u64> = (before + 1..=out.revision).collect();
+    assert_eq!(revisions, expected);
+}
+
+#[test]
+fn lock_delay_holds_the_lock_after_an_expiry_but_not_after_a_release() {
+    let mut d = Driver::default();
+    let (a, b, c) = (d.create_lease(1), d.create_lease(2), d.create_lease(3));
+    let acquire_with_delay = |d: &mut Driver, l, waiter: Option<WaiterId>| {
+        d.apply(Command::Acquire {
+            name: "db".into(),
+            lease: LeaseRef::Existing(l),
+            holder: None,
+            waiter,
+            lock_delay_ms: 5_000,
+        })
+        .result
+    };
+    // Released: no delay.
+    let Ok(Reply::LockGranted(g)) = acquire_with_delay(&mut d, a, None) else {
+        panic!()
+    };
+    d.release("db", a, g.token).result.unwrap();
+    assert!(matches!(d.acquire("db", b), Ok(Reply::LockGranted(_))));
+    // Expired: delayed for 5 s of leader-stamped time.
+    d.apply(Command::RevokeLease { lease_id: b })
+        .result
+        .unwrap();
+    let Ok(Reply::LockGranted(_)) = acquire_with_delay(&mut d, a, None) else {
+        panic!()
+    };
+    d.apply(Command::ExpireLease { lease_id: a })
+        .result
+        .unwrap();
+    let until = d.sm.lock("db").delay_until_ms.unwrap();
+    assert_eq!(until, d.now_ms + 5_000);
+    assert_eq!(d.sm.next_timer_ms(), Some(until));
+    assert_eq!(
+        d.acquire("db", c),
+        Err(CoreError::LockHeld {
+            holder: None,
+            token: None
+        })
+    );
+    let wc = d.wait("db", c);
+    d.now_ms += 4_999;
+    let out = d.apply(Command::Tick);
+    assert!(grants(&out).is_empty());
+    d.now_ms += 1;
+    let out = d.apply(Command::Tick);
+    assert_eq!(grants(&out).len(), 1);
+    assert_eq!(grants(&out)[0].3, Some(wc));
+    assert_eq!(d.sm.next_timer_ms(), None);
+}
+
+#[test]
+fn a_cancelled_wait_leaves_the_queue_and_the_next_waiter_is_served() {
+    let mut d = Driver::default();
+    let (a, b, c) = (d.create_lease(1), d.create_lease(2), d.create_lease(3));
+    let g = d.grant("db", a);
+    let wb = d.wait("db", b);
+    let wc = d.wait("db", c);
+    let out = d.apply(Command::CancelWait {
+        name: "db".into(),
+        waiter: wb,
+    });
+    assert_eq!(out.result, Ok(Reply::WaitCancelled));
+    assert_eq!(
+        d.apply(Command::CancelWait {
+            name: "db".into(),
+            waiter: wb
+        })
+        .result,
+        Err(CoreError::WaiterNotFound)
+    );
+    let out = d.release("db", a, g.token);
+    assert_eq!(grants(&out)[0].3, Some(wc));
+    assert!(d.sm.lease(b).unwrap().locks.is_empty());
+    assert_eq!(d.sm.lease(b).unwrap().waiting, 0);
+}
+
+#[test]
+fn a_lease_queued_twice_keeps_one_place() {
+    let mut d = Driver::default();
+    let (a, b) = (d.create_lease(1), d.create_lease(2));
+    d.grant("db", a);
+    let first = d.wait("db", b);
+    let second = d.wait("db", b);
+    assert_eq!(first, second);
+    assert_eq!(d.sm.lock("db").waiters, 1);
+}
+
+#[test]
+fn acquire_without_a_lease_creates_one_that_goes_with_the_lock() {
+    let mut d = Driver::default();
+    let out = d.apply(Command::Acquire {
+        name: "job".into(),
+        lease: LeaseRef::New {
+            lease_id: lease(7),
+            ttl_ms: 2_000,
+        },
+        holder: Some("cron".into()),
+        waiter: None,
+        lock_delay_ms: 0,
+    });
+    let Ok(Reply::LockGranted(g)) = out.result else {
+        panic!("{out:?}")
+    };
+    assert_eq!(
+        (g.lease_id, g.ttl_ms, g.holder.as_str()),
+        (lease(7), 2_000, "cron")
+    );
+    assert!(d.sm.lease(lease(7)).unwrap().ephemeral);
+    let out = d.release("job", lease(7), g.token);
+    assert!(out
+        .events
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::LeaseEnded { .. })));
+    assert!(
+        d.sm.lease(lease(7)).is_none(),
+        "the lock's own lease went with it"
+    );
+    // A refused acquire does not leave a lease behind.
+    let other = d.create_lease(1);
+    d.grant("job", other);
+    let before = d.sm.clone();
+    let out = d.apply(Command::Acquire {
+        name: "job".into(),
+        lease: LeaseRef::New {
+            lease_id: lease(8),
+            ttl_ms: 2_000,
+        },
+        holder: None,
+        waiter: None,
+        lock_delay_ms: 0,
+    });
+    assert!(matches!(out.result, Err(CoreError::LockHeld { .. })));
+    assert_eq!(d.sm, before);
+}
+
+#[test]
+fn bad_commands_are_refused_with_typed_errors_and_change_nothing() {
+    let mut d = Driver::default();
+    d.limits = Limits {
+        max_waiters_per_lock: 1,
+        max_holdings_per_lease: 2,
+        ..Limits::default()
+    };
+    let (a, b, c) = (d.create_lease(1), d.create_lease(2), d.create_lease(3));
+    d.grant("full", a);
+    d.wait("full", b);
+    d.grant("x", c);
+    d.grant("y", c);
+    let acquire =
+        |name: &str, lease: LeaseRef, holder: Option<String>, delay: u64| Command::Acquire {
+            name: name.into(),
+            lease,
+            holder,
+            waiter: Some(WaiterId(999)),
+            lock_delay_ms: delay,
+        };
+    let cases: Vec<(Command, fn(&CoreError) -> bool)> = vec![
+        (acquire("", LeaseRef::Existing(a), None, 0), |e| {
+            matches!(e, CoreError::InvalidName { .. })
+        }),
+        (acquire("a//b", LeaseRef::Existing(a), None, 0), |e| {
+            matches!(e, CoreError::InvalidName { .. })
+        }),
+        (acquire("ok", LeaseRef::Existing(lease(42)), None, 0), |e| {
+            *e == CoreError::LeaseNotFound
+        }),
+        (
+            acquire(
+                "ok",
+                LeaseRef::New {
+                    lease_id: lease(43),
+                    ttl_ms: 10,
+                },
+                None,
+                0,
+            ),
+            |e| matches!(e, CoreError::InvalidTtl { .. }),
+        ),
+        (
+            acquire(
+                "ok",
+                LeaseRef::New {
+                    lease_id: lease(44),
+                    ttl_ms: 99_999_999,
+                },
+                None,
+                0,
+            ),
+            |e| matches!(e, CoreError::InvalidTtl { .. }),
+        ),
+        (
+            acquire(
+                "ok",
+                LeaseRef::New {
+                    lease_id: a,
+                    ttl_ms: 5_000,
+                },
+                None,
+                0,
+            ),
+            |e| *e == CoreError::LeaseExists,
+        ),
+        (
+            acquire("ok", LeaseRef::Existing(a), Some("h".repeat(257)), 0),
+            |e| matches!(e, CoreError::HolderTooLong { .. }),
+        ),
+        (acquire("ok", LeaseRef::Existing(a), None, 3_600_000), |e| {
+            matches!(e, CoreError::InvalidLockDelay { .. })
+        }),
+        (acquire("full", LeaseRef::Existing(c), None, 0), |e| {
+            matches!(e, CoreError::QuotaExceeded { .. })
+        }),
+        (acquire("z", LeaseRef::Existing(c), None, 0), |e| {
+            matches!(e, CoreError::QuotaExceeded { .. })
+        }),
+        (
+            Command::CreateLease {
+                lease_id: lease(50),
+                ttl_ms: 0,
+                holder: String::new(),
+            },
+            |e| matches!(e, CoreError::InvalidTtl { .. }),
+        ),
+        (
+            Command::CreateLease {
+                lease_id: a,
+                ttl_ms: 5_000,
+                holder: String::new(),
+            },
+            |e| *e == CoreError::LeaseExists,
+        ),
+        (
+            Command::RevokeLease {
+                lease_id: lease(51),
+            },
+            |e| *e == CoreError::LeaseNotFound,
+        ),
+        (
+            Command::ExpireLease {
+                lease_id: lease(51),
+            },
+            |e| *e == CoreError::LeaseNotFound,
+        ),
+        (
+            Command::CancelWait {
+                name: "full".into(),
+                waiter: WaiterId(12345),
+            },
+            |e| *e == CoreError::WaiterNotFound,
+        ),
+    ];
+    for (command, expected) in cases {
+        let before = d.sm.clone();
+        let out = d.apply(command.clone());
+        match &out.result {
+            Err(error) => assert!(expected(error), "{command:?} gave {error:?}"),
+            Ok(reply) => panic!("{command:?} was accepted: {reply:?}"),
+        }
+        assert!(out.events.is_empty());
+        assert_eq!(d.sm, before, "{command:?} changed state");
+    }
+}
+
+#[test]
+fn tokens_strictly_increase_within_and_across_batches() {
+    let mut sm = StateMachine::new();
+    let mut requests = Vec::new();
+    for n in 0..50u128 {
+        requests.push(Request::plain(Command::CreateLease {
+            lease_id: lease(n),
+            ttl_ms: 5_000,
+            holder: String::new(),
+        }));
+        requests.push(Request::plain(Command::Acquire {
+            name: format!("lock-{}", n % 7),
+            lease: LeaseRef::Existing(lease(n)),
+            holder: None,
+            waiter: Some(WaiterId(n as u64)),
+            lock_delay_ms: 0,
+        }));
+    }
+    let mut last = 0;
+    let mut tokens = Vec::new();
+    for round in 0..3u64 {
+        let batch = Batch {
+            now_ms: round,
+            limits: Limits::default(),
+            requests: requests.clone(),
+        };
+        for outcome in sm.apply_batch(&batch) {
+            for event in outcome.events {
+                assert!(event.revision > last);
+                last = event.revision;
+                if let EventKind::LockAcquired { grant, .. } = event.kind {
+                    assert_eq!(grant.token, event.revision);
+                    tokens.push(grant.token);
+                }
+            }
+        }
+        // Expire everything so the next round grants again.
+        let expire: Vec<_> = (0..50u128)
+            .map(|n| Request::plain(Command::ExpireLease { lease_id: lease(n) }))
+            .collect();
+        let out = sm.apply_batch(&Batch {
+            now_ms: round,
+            limits: Limits::default(),
+            requests: expire,
+        });
+        for outcome in out {
+            for event in outcome.events {
+                assert!(event.revision > last);
+                last = event.revision;
+                if let EventKind::LockAcquired { grant, .. } = event.kind {
+                    tokens.push(grant.token);
+                }
+            }
+        }
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]));
+    assert!(tokens.len() >= 3 * 50, "{}", tokens.len());
+}

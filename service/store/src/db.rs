@@ -1,0 +1,57 @@
+//! The RocksDB database: its column families, its keys, and how it is opened.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rocksdb::{ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options, WriteOptions, DB};
+
+use crate::error::StoreError;
+
+/// Log entries, keyed by big-endian index.
+pub(crate) const CF_LOG: &str = "log";
+/// Small values beside the log: vote, committed and last purged log id.
+pub(crate) const CF_META: &str = "meta";
+/// The current snapshot (meta and data under one key).
+pub(crate) const CF_SNAPSHOT: &str = "snapshot";
+
+/// Key of the vote in [`CF_META`].
+pub(crate) const KEY_VOTE: &[u8] = b"vote";
+/// Key of the last committed log id in [`CF_META`].
+pub(crate) const KEY_COMMITTED: &[u8] = b"committed";
+/// Key of the last purged log id in [`CF_META`].
+pub(crate) const KEY_LAST_PURGED: &[u8] = b"last_purged";
+/// Key of the current snapshot in [`CF_SNAPSHOT`].
+pub(crate) const KEY_SNAPSHOT: &[u8] = b"current";
+
+/// Opens (creating if needed) the database with all column families.
+pub(crate) fn open_db(path: &Path) -> Result<Arc<DB>, StoreError> {
+    std::fs::create_dir_all(path)
+        .map_err(|source| StoreError::CreateDir { path: path.to_path_buf(), source })?;
+
+    let mut opts = Options::default();
+    opts.create_if_missing(true);
+    opts.create_missing_column_families(true);
+    // The workspace builds RocksDB without compression libraries; say so
+    // instead of relying on RocksDB's fallback when snappy is absent.
+    opts.set_compression_type(DBCompressionType::None);
+
+    let cfs = [CF_LOG, CF_META, CF_SNAPSHOT].map(|name| {
+        let mut cf_opts = Options::default();
+        cf_opts.set_compression_type(DBCompressionType::None);
+        ColumnFamilyDescriptor::new(name, cf_opts)
+    });
+    let db = DB::open_cf_descriptors(&opts, path, cfs)?;
+    Ok(Arc::new(db))
+}
+
+/// Looks up a column family that [`open_db`] created.
+pub(crate) fn cf<'a>(db: &'a DB, name: &'static str) -> Result<&'a ColumnFamily, StoreError> {
+    db.cf_handle(name).ok_or(StoreError::MissingColumnFamily(name))
+}
+
+/// Write options for writes that must be on disk before the call returns.
+pub(crate) fn synced() -> WriteOptions {
+    let mut opts = WriteOptions::default();
+    opts.set_sync(true);
+    opts
+}

@@ -1,0 +1,77 @@
+//! Errors of the storage layer itself (opening, encoding, RocksDB).
+//!
+//! openraft's traits return [`openraft::StorageError`]; the trait
+//! implementations convert a [`StoreError`] into one, naming what was being
+//! read or written, so that openraft can tell a log failure from a snapshot
+//! failure.
+
+use std::path::PathBuf;
+
+/// What went wrong in the RocksDB storage layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The data directory could not be created.
+    #[error("cannot create data directory {path}: {source}")]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// RocksDB reported an error (I/O, corruption, lock held by another process).
+    #[error("rocksdb: {0}")]
+    Rocks(#[from] rocksdb::Error),
+    /// A column family that `open` creates is missing: the database was opened
+    /// by something else or is damaged.
+    #[error("column family {0:?} is missing")]
+    MissingColumnFamily(&'static str),
+    /// A value could not be serialized.
+    #[error("cannot encode {what}: {source}")]
+    Encode {
+        /// What was being encoded.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: postcard::Error,
+    },
+    /// A stored value could not be deserialized.
+    #[error("cannot decode {what}: {source}")]
+    Decode {
+        /// What was being decoded.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: postcard::Error,
+    },
+    /// A stored value was written by a format this build does not know.
+    #[error("{what} has unknown format version {version}")]
+    UnknownFormat {
+        /// What was being decoded.
+        what: &'static str,
+        /// The version byte found (0 for an empty value).
+        version: u8,
+    },
+    /// A stored value has bytes after its end.
+    #[error("{what} has {extra} trailing bytes")]
+    TrailingBytes {
+        /// What was being decoded.
+        what: &'static str,
+        /// How many bytes were left over.
+        extra: usize,
+    },
+    /// A log key is not an 8-byte big-endian index.
+    #[error("malformed log key of {0} bytes")]
+    MalformedLogKey(usize),
+    /// The state machine refused the snapshot bytes.
+    #[error("cannot restore the state machine from a snapshot: {0}")]
+    Restore(#[source] baton_core::SnapshotError),
+    /// A snapshot's data says it covers a different log id than its meta.
+    #[error("snapshot data covers {data} but its meta says {meta}")]
+    SnapshotMismatch {
+        /// Last log id according to the snapshot meta.
+        meta: String,
+        /// Last log id according to the snapshot data.
+        data: String,
+    },
+}

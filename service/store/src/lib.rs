@@ -1,0 +1,48 @@
+//! Baton's durable storage for openraft 0.9 (storage-v2 API) on RocksDB.
+//!
+//! [`open`] gives the two halves openraft wants:
+//!
+//! - [`LogStore`]: the Raft log, vote and log pointers, synced as Raft requires
+//!   (an append is reported flushed only after its one synced write batch);
+//! - [`StateMachineStore`]: baton-core's state machine, in memory, with the
+//!   current snapshot persisted; readers reach the state through
+//!   [`SharedState`] and the raft layer hears about outcomes through an
+//!   [`ApplyObserver`].
+//!
+//! Only this crate touches RocksDB. See the crate's README for the on-disk
+//! layout and the recovery story.
+
+mod codec;
+mod db;
+mod error;
+mod log_store;
+mod shared;
+mod snapshot;
+mod snapshot_builder;
+mod state_machine_store;
+mod type_config;
+
+use std::path::Path;
+
+pub use error::StoreError;
+pub use log_store::LogStore;
+pub use shared::{Applied, ApplyObserver, SharedState};
+pub use snapshot_builder::SnapshotBuilder;
+pub use state_machine_store::StateMachineStore;
+pub use type_config::{
+    BatonNode, Entry, EntryPayload, LogId, LogState, Membership, NodeId, Snapshot, SnapshotMeta, StorageError,
+    StorageResult, StoredMembership, TypeConfig, Vote,
+};
+
+/// Opens (creating if needed) the database in directory `path` and returns the
+/// log store and the state machine store, the latter restored from the stored
+/// snapshot if there is one.
+///
+/// RocksDB locks the directory: a second `open` of the same path fails until
+/// both halves of the first are dropped (openraft drops them when the `Raft`
+/// shuts down).
+pub fn open(path: &Path) -> Result<(LogStore, StateMachineStore), StoreError> {
+    let db = db::open_db(path)?;
+    let state_machine = StateMachineStore::open(db.clone())?;
+    Ok((LogStore::new(db), state_machine))
+}

@@ -1,0 +1,142 @@
+//! The persisted snapshot: what a snapshot's bytes contain and where the
+//! current one is kept.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use baton_core::StateMachine;
+use rocksdb::DB;
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{decode, encode};
+use crate::db::{self, CF_SNAPSHOT, KEY_SNAPSHOT};
+use crate::error::StoreError;
+use crate::shared::Applied;
+use crate::type_config::{LogId, SnapshotMeta, StoredMembership};
+
+/// The bytes of a snapshot, as sent to followers: self-describing, so a
+/// receiver can check them against the meta it was given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SnapshotEnvelope {
+    /// The last log entry the state covers.
+    pub last_applied: Option<LogId>,
+    /// The last membership the state covers.
+    pub membership: StoredMembership,
+    /// `baton_core::StateMachine::to_snapshot()` (which carries its own version).
+    pub machine: Vec<u8>,
+}
+
+impl SnapshotEnvelope {
+    /// Captures `applied` (serializing the state machine).
+    pub(crate) fn of(applied: &Applied) -> Self {
+        SnapshotEnvelope {
+            last_applied: applied.last_applied.clone(),
+            membership: applied.membership.clone(),
+            machine: applied.machine.to_snapshot(),
+        }
+    }
+
+    pub(crate) fn encode(&self) -> Result<Vec<u8>, StoreError> {
+        encode("snapshot data", self)
+    }
+
+    /// Decodes snapshot bytes and checks they cover what `meta` says.
+    pub(crate) fn decode_for(meta: &SnapshotMeta, data: &[u8]) -> Result<Self, StoreError> {
+        let envelope: SnapshotEnvelope = decode("snapshot data", data)?;
+        if envelope.last_applied != meta.last_log_id {
+            return Err(StoreError::SnapshotMismatch {
+                meta: format!("{:?}", meta.last_log_id),
+                data: format!("{:?}", envelope.last_applied),
+            });
+        }
+        Ok(envelope)
+    }
+
+    /// Rebuilds the applied state from these bytes, trusting `meta` for the
+    /// Raft bookkeeping (it was checked against the envelope).
+    pub(crate) fn restore(&self, meta: &SnapshotMeta) -> Result<Applied, StoreError> {
+        let machine = StateMachine::from_snapshot(&self.machine).map_err(StoreError::Restore)?;
+        Ok(Applied {
+            machine,
+            last_applied: meta.last_log_id.clone(),
+            membership: meta.last_membership.clone(),
+        })
+    }
+}
+
+/// The current snapshot as stored under one key of the `snapshot` column family.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StoredSnapshot {
+    /// This node's sequence number for snapshots it built or installed; it only
+    /// keeps snapshot ids unique across restarts.
+    pub seq: u64,
+    /// openraft's description of the snapshot.
+    pub meta: SnapshotMeta,
+    /// The encoded [`SnapshotEnvelope`].
+    pub data: Vec<u8>,
+}
+
+/// Reads and replaces the one current snapshot.
+pub(crate) struct SnapshotStore {
+    db: Arc<DB>,
+    /// Serializes "compare with the stored snapshot, then replace it": a
+    /// snapshot build runs in its own task and may finish after a newer
+    /// snapshot was installed.
+    write_lock: Mutex<()>,
+    seq: AtomicU64,
+}
+
+impl fmt::Debug for SnapshotStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SnapshotStore").field("seq", &self.seq.load(Ordering::Relaxed)).finish_non_exhaustive()
+    }
+}
+
+impl SnapshotStore {
+    /// Opens the store and returns the current snapshot, if any.
+    pub(crate) fn open(db: Arc<DB>) -> Result<(Self, Option<StoredSnapshot>), StoreError> {
+        let store = SnapshotStore { db, write_lock: Mutex::new(()), seq: AtomicU64::new(0) };
+        let current = store.load()?;
+        if let Some(current) = &current {
+            store.seq.store(current.seq, Ordering::Relaxed);
+        }
+        Ok((store, current))
+    }
+
+    /// The current snapshot, if any.
+    pub(crate) fn load(&self) -> Result<Option<StoredSnapshot>, StoreError> {
+        let cf = db::cf(&self.db, CF_SNAPSHOT)?;
+        match self.db.get_pinned_cf(cf, KEY_SNAPSHOT)? {
+            Some(bytes) => Ok(Some(decode("stored snapshot", &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// A fresh sequence number and the snapshot id to go with it.
+    pub(crate) fn next_id(&self, last_log_id: Option<&LogId>) -> (u64, String) {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = match last_log_id {
+            Some(log_id) => format!("{}-{}-{}", log_id.leader_id.term, log_id.index, seq),
+            None => format!("none-{seq}"),
+        };
+        (seq, id)
+    }
+
+    /// Makes `snapshot` the current one, synced. With `only_if_newer`, a stored
+    /// snapshot covering more of the log is kept instead and `false` returned.
+    pub(crate) fn save(&self, snapshot: &StoredSnapshot, only_if_newer: bool) -> Result<bool, StoreError> {
+        let bytes = encode("stored snapshot", snapshot)?;
+        let _guard = self.write_lock.lock().unwrap_or_else(PoisonError::into_inner);
+        if only_if_newer {
+            if let Some(current) = self.load()? {
+                if current.meta.last_log_id > snapshot.meta.last_log_id {
+                    return Ok(false);
+                }
+            }
+        }
+        let cf = db::cf(&self.db, CF_SNAPSHOT)?;
+        self.db.put_cf_opt(cf, KEY_SNAPSHOT, bytes, &db::synced())?;
+        Ok(true)
+    }
+}

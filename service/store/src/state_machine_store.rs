@@ -1,0 +1,169 @@
+//! openraft's state machine: baton-core's machine in memory, snapshots in RocksDB.
+
+use std::fmt;
+use std::io::Cursor;
+use std::sync::Arc;
+
+use openraft::storage::RaftStateMachine;
+use openraft::{EntryPayload, OptionalSend, StorageIOError};
+use rocksdb::DB;
+
+use crate::error::StoreError;
+use crate::shared::{Applied, ApplyObserver, SharedState};
+use crate::snapshot::{SnapshotEnvelope, SnapshotStore, StoredSnapshot};
+use crate::snapshot_builder::SnapshotBuilder;
+use crate::type_config::{
+    Entry, LogId, Snapshot, SnapshotMeta, StorageResult, StoredMembership, TypeConfig,
+};
+
+/// The state machine as openraft sees it.
+///
+/// # Persistent snapshot, in-memory state
+///
+/// `apply` changes only memory; what survives a restart is the last snapshot
+/// (synced to the `snapshot` column family when built or installed) plus the
+/// log. On [`crate::open`] the state is restored from that snapshot, and
+/// openraft 0.9.25 itself replays the rest at startup: its
+/// `StorageHelper::get_initial_state` reads `read_committed()` from the log
+/// store and re-applies the entries between the state machine's last applied
+/// log id and that committed id before the node serves anything. Entries after
+/// the saved committed id are applied once the leader re-commits them.
+///
+/// The state lives in an `Arc<SharedState>` so that readers and the raft layer
+/// keep access after the store was handed to openraft.
+pub struct StateMachineStore {
+    shared: Arc<SharedState>,
+    snapshots: Arc<SnapshotStore>,
+}
+
+impl fmt::Debug for StateMachineStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StateMachineStore").field("shared", &self.shared).finish_non_exhaustive()
+    }
+}
+
+impl StateMachineStore {
+    /// Restores the applied state from the stored snapshot, if there is one.
+    pub(crate) fn open(db: Arc<DB>) -> Result<Self, StoreError> {
+        let (snapshots, current) = SnapshotStore::open(db)?;
+        let applied = match current {
+            Some(stored) => {
+                let applied = SnapshotEnvelope::decode_for(&stored.meta, &stored.data)?.restore(&stored.meta)?;
+                tracing::info!(snapshot = %stored.meta, revision = applied.machine.revision(), "restored state from snapshot");
+                applied
+            }
+            None => Applied::default(),
+        };
+        Ok(StateMachineStore { shared: Arc::new(SharedState::new(applied)), snapshots: Arc::new(snapshots) })
+    }
+
+    /// The applied state, for readers and the raft layer.
+    pub fn shared(&self) -> Arc<SharedState> {
+        Arc::clone(&self.shared)
+    }
+
+    /// Installs (or replaces) the observer told about applied outcomes.
+    ///
+    /// Set it before creating the `Raft` to also see the entries openraft
+    /// re-applies at startup.
+    pub fn set_observer(&self, observer: Arc<dyn ApplyObserver>) {
+        self.shared.set_observer(observer);
+    }
+
+    fn apply_entries(&self, entries: impl IntoIterator<Item = Entry>) -> Vec<Vec<baton_core::Outcome>> {
+        let mut replies = Vec::new();
+        // The log index of each reply that came from a normal entry.
+        let mut normal_index = Vec::new();
+        let revision = {
+            let mut applied = self.shared.write();
+            for entry in entries {
+                let index = entry.log_id.index;
+                let mut from_normal = None;
+                let reply = match entry.payload {
+                    EntryPayload::Blank => Vec::new(),
+                    EntryPayload::Normal(batch) => {
+                        from_normal = Some(index);
+                        applied.machine.apply_batch(&batch)
+                    }
+                    EntryPayload::Membership(membership) => {
+                        applied.membership = StoredMembership::new(Some(entry.log_id.clone()), membership);
+                        Vec::new()
+                    }
+                };
+                applied.last_applied = Some(entry.log_id);
+                replies.push(reply);
+                normal_index.push(from_normal);
+            }
+            applied.machine.revision()
+        };
+        // Outside the lock: readers are not held up by the observer.
+        if let Some(observer) = self.shared.observer() {
+            for (index, outcomes) in normal_index.iter().zip(&replies) {
+                if let Some(index) = index {
+                    observer.applied(*index, outcomes);
+                }
+            }
+        }
+        self.shared.publish_revision(revision);
+        replies
+    }
+
+    fn install(&self, meta: &SnapshotMeta, data: Vec<u8>) -> Result<(), StoreError> {
+        // Validate and restore before persisting: bad bytes must not replace a
+        // good snapshot on disk.
+        let applied = SnapshotEnvelope::decode_for(meta, &data)?.restore(meta)?;
+        let (seq, _) = self.snapshots.next_id(meta.last_log_id.as_ref());
+        self.snapshots.save(&StoredSnapshot { seq, meta: meta.clone(), data }, false)?;
+        let revision = applied.machine.revision();
+        *self.shared.write() = applied;
+        if let Some(observer) = self.shared.observer() {
+            observer.snapshot_installed(revision);
+        }
+        self.shared.publish_revision(revision);
+        Ok(())
+    }
+
+    fn current_snapshot(&self) -> Result<Option<Snapshot>, StoreError> {
+        Ok(self
+            .snapshots
+            .load()?
+            .map(|stored| Snapshot { meta: stored.meta, snapshot: Box::new(Cursor::new(stored.data)) }))
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> StorageResult<(Option<LogId>, StoredMembership)> {
+        let applied = self.shared.read();
+        Ok((applied.last_applied.clone(), applied.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<Vec<baton_core::Outcome>>>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        // baton-core's apply never fails and nothing is written here, so there
+        // is no error path.
+        Ok(self.apply_entries(entries))
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder::new(self.shared.read().clone(), Arc::clone(&self.snapshots))
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<Cursor<Vec<u8>>>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<Cursor<Vec<u8>>>) -> StorageResult<()> {
+        tracing::info!(snapshot = %meta, "installing snapshot");
+        self.install(meta, snapshot.into_inner())
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e).into())
+    }
+
+    async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot>> {
+        self.current_snapshot().map_err(|e| StorageIOError::read_snapshot(None, &e).into())
+    }
+}
