@@ -1,1 +1,22 @@
-//! placeholder
+//! # baton-api
+//!
+//! Maps HTTP/JSON to Baton's commands and outcomes back to HTTP: actix-web
+//! handlers (kept thin), utoipa schemas for the OpenAPI document, and
+//! `application/problem+json` errors from one table ([`error::ApiError`]).
+
+pub mod cluster;
+mod docs;
+pub mod elections;
+pub mod error;
+pub mod leases;
+pub mod locks;
+pub mod names;
+pub mod openapi;
+pub mod request;
+pub mod respond;
+mod routes;
+mod state;
+
+pub use openapi::{openapi_json, ApiDoc};
+pub use routes::configure;
+pub use state::{ApiSettings, ApiState};

@@ -184,7 +184,9 @@ pub enum Command {
         lease_id: LeaseId,
     },
     /// Let time-driven rules run: grants held back by a lock delay that has passed,
-    /// and forgetting idempotency records older than their retention.
+    /// and forgetting idempotency records older than their retention. Every command
+    /// runs these rules first; `Tick` is the command that does nothing else, which
+    /// the leader proposes when [`crate::StateMachine::next_timer_ms`] comes.
     Tick,
 }
 

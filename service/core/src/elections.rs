@@ -5,7 +5,7 @@
 use crate::command::LeaseRef;
 use crate::error::CoreError;
 use crate::ids::{LeaseId, WaiterId};
-use crate::lease::Attachment;
+use crate::lease::{Attachment, Leases};
 use crate::limits::Limits;
 use crate::machine::{check_holder, check_value, StateMachine};
 use crate::name::validate_name;
@@ -42,7 +42,7 @@ impl StateMachine {
                         token: held.token,
                         lease_id,
                         ttl_ms: self.lease_ttl(lease_id),
-                        holder: held.holder.clone(),
+                        holder: held.holder(&self.leases),
                     },
                     value: held.value.clone(),
                 });
@@ -51,18 +51,17 @@ impl StateMachine {
                 return Ok(Reply::CampaignQueued {
                     waiter: queued.waiter,
                     lease_id,
-                    leader: leader_name(slot),
+                    leader: leader_name(slot, &self.leases),
                 });
             }
         }
-        let vacant = self
+        if let Some(slot) = self
             .elections
             .get(name)
-            .is_none_or(|slot| slot.holding.is_none() && slot.queue.is_empty());
-        if !vacant {
-            let slot = self.elections.get(name).cloned().unwrap_or_default();
+            .filter(|slot| slot.holding.is_some() || !slot.queue.is_empty())
+        {
             let Some(waiter) = waiter else {
-                return Err(not_elected(&slot));
+                return Err(not_elected(slot, &self.leases));
             };
             if slot.queue.len() >= limits.max_waiters_per_lock as usize {
                 return Err(CoreError::QuotaExceeded {
@@ -83,7 +82,7 @@ impl StateMachine {
                 value: value.to_owned(),
                 idempotency,
             });
-            let leader = leader_name(slot);
+            let leader = leader_name(slot, &self.leases);
             self.attach(lease_id, Attachment::Candidacy(name.to_owned(), waiter));
             self.emit(
                 events,
@@ -122,11 +121,12 @@ impl StateMachine {
             ttl_ms: self.lease_ttl(lease_id),
             holder: candidate.to_owned(),
         };
+        let holder = Holding::holder_to_store(&self.leases, lease_id, candidate);
         let slot = self.elections.entry(name.to_owned()).or_default();
         slot.holding = Some(Holding {
             lease_id,
             token,
-            holder: candidate.to_owned(),
+            holder,
             lock_delay_ms: 0,
             value: value.to_owned(),
             modified_revision: token,
@@ -249,7 +249,7 @@ impl StateMachine {
             }
             self.record_wait_end(next.idempotency, Ok(Reply::Elected { grant, value }));
         }
-        if self.elections.get(name).is_some_and(Slot::is_idle) {
+        if self.elections.get(name).is_some_and(|slot| slot.is_idle()) {
             self.elections.remove(name);
         }
     }
@@ -288,7 +288,7 @@ impl StateMachine {
         let Some(removed) = slot.remove_waiter(waiter) else {
             return;
         };
-        let refusal = not_elected(slot);
+        let refusal = not_elected(slot, &self.leases);
         if slot.is_idle() {
             self.elections.remove(name);
         }
@@ -308,13 +308,13 @@ impl StateMachine {
     }
 }
 
-fn leader_name(slot: &Slot) -> Option<String> {
-    slot.holding.as_ref().map(|h| h.holder.clone())
+fn leader_name(slot: &Slot, leases: &Leases) -> Option<String> {
+    slot.holding.as_ref().map(|h| h.holder(leases))
 }
 
-fn not_elected(slot: &Slot) -> CoreError {
+fn not_elected(slot: &Slot, leases: &Leases) -> CoreError {
     CoreError::NotElected {
-        leader: leader_name(slot),
+        leader: leader_name(slot, leases),
         token: slot.holding.as_ref().map(|h| h.token),
     }
 }

@@ -3,7 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 /// A refusal by the state machine. Refused commands change nothing (except that an
-/// idempotency record may remember the refusal).
+/// idempotency record may remember the refusal); the time-driven changes that every
+/// apply starts with (lock delays that ended) happen all the same, see
+/// [`crate::StateMachine::apply`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum CoreError {
     /// The resource name breaks the naming rules.

@@ -13,8 +13,11 @@
 //! [`Event`]s (grants, releases, expiries, elections, registrations, each with its
 //! own revision) that the server uses to wake waiting requests and feed watches.
 //!
-//! Memory: a held lock with its own lease costs about 400 bytes of state (see the
-//! `apply` benchmark's report and `tests/memory.rs`).
+//! Memory: a held lock with its own lease costs about 480 bytes of resident memory
+//! (measured: 477 bytes per lock with 100,000 held locks, each on its own lease,
+//! allocator overhead included; `tests/memory.rs` prints it and fails above 1 KiB),
+//! and about 110 bytes of snapshot. Applying runs at 2 to 4 million simple commands
+//! per second on one core (the `apply` benchmark). See the crate's README.
 
 mod command;
 mod elections;
@@ -42,4 +45,4 @@ pub use machine::{ApplyContext, StateMachine};
 pub use name::{validate_name, MAX_NAME_BYTES};
 pub use outcome::{EndReason, Event, EventKind, Grant, Outcome, Released, Reply};
 pub use snapshot::{SnapshotError, SNAPSHOT_FORMAT};
-pub use views::{ElectionView, LeaderView, LeaseView, LockView, NameView};
+pub use views::{Counts, ElectionView, LeaderView, LeaseView, LockView, NameView};

@@ -4,7 +4,7 @@
 use crate::command::LeaseRef;
 use crate::error::CoreError;
 use crate::ids::{LeaseId, WaiterId};
-use crate::lease::Attachment;
+use crate::lease::{Attachment, Leases};
 use crate::limits::Limits;
 use crate::machine::{check_holder, StateMachine};
 use crate::name::validate_name;
@@ -38,7 +38,6 @@ impl StateMachine {
                 return Err(CoreError::LeaseNotFound);
             }
         }
-        self.settle_lock(name, events);
         if let Some(slot) = self.locks.get(name) {
             // Retries are safe: the same lease gets its grant or its place back.
             if let Some(held) = slot.held_by(lease_id) {
@@ -47,21 +46,20 @@ impl StateMachine {
                     token: held.token,
                     lease_id,
                     ttl_ms: self.lease_ttl(lease_id),
-                    holder: held.holder.clone(),
+                    holder: held.holder(&self.leases),
                 }));
             }
             if let (Some(_), Some(queued)) = (waiter, slot.queued_by(lease_id)) {
-                return Ok(queued_reply(slot, queued.waiter, lease_id));
+                return Ok(queued_reply(slot, queued.waiter, lease_id, &self.leases));
             }
         }
-        let free = self
+        if let Some(slot) = self
             .locks
             .get(name)
-            .is_none_or(|slot| slot.grantable() && slot.queue.is_empty());
-        if !free {
-            let slot = self.locks.get(name).cloned().unwrap_or_default();
+            .filter(|slot| !slot.grantable() || !slot.queue.is_empty())
+        {
             let Some(waiter) = waiter else {
-                return Err(lock_held(&slot));
+                return Err(lock_held(slot, &self.leases));
             };
             if slot.queue.len() >= limits.max_waiters_per_lock as usize {
                 return Err(CoreError::QuotaExceeded {
@@ -79,7 +77,7 @@ impl StateMachine {
                 value: String::new(),
                 idempotency,
             });
-            let reply = queued_reply(slot, waiter, lease_id);
+            let reply = queued_reply(slot, waiter, lease_id, &self.leases);
             self.attach(lease_id, Attachment::LockWait(name.to_owned(), waiter));
             self.emit(
                 events,
@@ -107,18 +105,19 @@ impl StateMachine {
         events: &mut Vec<Event>,
     ) -> Grant {
         let token = self.next_revision();
+        let stored_holder = Holding::holder_to_store(&self.leases, lease_id, &holder);
         let grant = Grant {
             name: name.to_owned(),
             token,
             lease_id,
             ttl_ms: self.lease_ttl(lease_id),
-            holder: holder.clone(),
+            holder,
         };
         let slot = self.locks.entry(name.to_owned()).or_default();
         slot.holding = Some(Holding {
             lease_id,
             token,
-            holder,
+            holder: stored_holder,
             lock_delay_ms,
             value: String::new(),
             modified_revision: token,
@@ -216,7 +215,7 @@ impl StateMachine {
                 self.record_wait_end(next.idempotency, Ok(Reply::LockGranted(grant)));
             }
         }
-        if self.locks.get(name).is_some_and(Slot::is_idle) {
+        if self.locks.get(name).is_some_and(|slot| slot.is_idle()) {
             self.locks.remove(name);
         }
     }
@@ -256,7 +255,7 @@ impl StateMachine {
         let Some(removed) = slot.remove_waiter(waiter) else {
             return;
         };
-        let held = lock_held(slot);
+        let held = lock_held(slot, &self.leases);
         if slot.is_idle() {
             self.locks.remove(name);
         }
@@ -276,7 +275,7 @@ impl StateMachine {
     }
 
     /// Ends a lock delay that has passed, handing the lock to its next waiter.
-    pub(crate) fn settle_lock(&mut self, name: &str, events: &mut Vec<Event>) {
+    fn settle_lock(&mut self, name: &str, events: &mut Vec<Event>) {
         let clock = self.clock_ms;
         let Some(slot) = self.locks.get_mut(name) else {
             return;
@@ -291,9 +290,12 @@ impl StateMachine {
         }
     }
 
-    /// Settles every lock whose delay has passed.
+    /// Settles every lock whose delay has passed (every apply starts with this).
     pub(crate) fn settle_due_delays(&mut self, events: &mut Vec<Event>) {
         let clock = self.clock_ms;
+        if self.delayed.first().is_none_or(|(until, _)| *until > clock) {
+            return;
+        }
         let due: Vec<String> = self
             .delayed
             .iter()
@@ -306,18 +308,18 @@ impl StateMachine {
     }
 }
 
-fn lock_held(slot: &Slot) -> CoreError {
+fn lock_held(slot: &Slot, leases: &Leases) -> CoreError {
     CoreError::LockHeld {
-        holder: slot.holding.as_ref().map(|h| h.holder.clone()),
+        holder: slot.holding.as_ref().map(|h| h.holder(leases)),
         token: slot.holding.as_ref().map(|h| h.token),
     }
 }
 
-fn queued_reply(slot: &Slot, waiter: WaiterId, lease_id: LeaseId) -> Reply {
+fn queued_reply(slot: &Slot, waiter: WaiterId, lease_id: LeaseId, leases: &Leases) -> Reply {
     Reply::LockQueued {
         waiter,
         lease_id,
-        holder: slot.holding.as_ref().map(|h| h.holder.clone()),
+        holder: slot.holding.as_ref().map(|h| h.holder(leases)),
         token: slot.holding.as_ref().map(|h| h.token),
     }
 }

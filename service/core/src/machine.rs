@@ -1,7 +1,7 @@
 //! The state machine: every replica applies the same batches in the same order and
 //! reaches the same state.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -9,7 +9,7 @@ use crate::command::{Batch, Command, LeaseRef, Request};
 use crate::error::CoreError;
 use crate::idempotency::{IdempotencyTable, Record};
 use crate::ids::LeaseId;
-use crate::lease::{Attachment, Lease};
+use crate::lease::{Attachment, Lease, Leases};
 use crate::limits::Limits;
 use crate::outcome::{EndReason, Event, EventKind, Outcome, Reply};
 use crate::slot::Slot;
@@ -47,9 +47,11 @@ pub struct StateMachine {
     /// Highest leader-stamped time seen: leaders' wall clocks may disagree, the
     /// state machine's clock never goes back.
     pub(crate) clock_ms: u64,
-    pub(crate) leases: HashMap<LeaseId, Lease>,
-    pub(crate) locks: BTreeMap<String, Slot>,
-    pub(crate) elections: BTreeMap<String, Slot>,
+    pub(crate) leases: Leases,
+    /// Boxed: a B-tree leaf holds eleven entries and is often only half full, so
+    /// small entries (name + pointer) save more than the box costs.
+    pub(crate) locks: BTreeMap<String, Box<Slot>>,
+    pub(crate) elections: BTreeMap<String, Box<Slot>>,
     pub(crate) names: BTreeMap<String, NameEntry>,
     /// Locks in lock delay, by the time the delay ends.
     pub(crate) delayed: BTreeSet<(u64, String)>,
@@ -86,8 +88,14 @@ impl StateMachine {
     }
 
     /// Applies one request.
+    ///
+    /// Time-driven changes come first, whatever the request: the clock advances,
+    /// old idempotency records are forgotten, and locks whose lock delay has passed
+    /// go to their next waiter. So the events of any outcome (even a refusal or a
+    /// replay) may carry such grants; the request itself, if refused, changes nothing.
     pub fn apply(&mut self, ctx: &ApplyContext, request: &Request) -> Outcome {
-        self.advance_clock(ctx.now_ms);
+        let mut events = Vec::new();
+        self.advance_clock(ctx.now_ms, &mut events);
         if let Some(key) = &request.idempotency {
             if let Some(record) = self.idempotency.get(&key.principal, &key.key) {
                 let replayed = record.fingerprint == key.fingerprint;
@@ -96,15 +104,21 @@ impl StateMachine {
                 } else {
                     Err(CoreError::IdempotencyKeyReused)
                 };
+                // A replay answers with the revision of the first answer, so the
+                // retried HTTP response is the original one, byte for byte.
+                let revision = if replayed {
+                    record.revision
+                } else {
+                    self.revision
+                };
                 return Outcome {
-                    revision: self.revision,
+                    revision,
                     result,
                     replayed,
-                    events: Vec::new(),
+                    events,
                 };
             }
         }
-        let mut events = Vec::new();
         let idempotency = request
             .idempotency
             .as_ref()
@@ -127,11 +141,14 @@ impl StateMachine {
         }
     }
 
-    fn advance_clock(&mut self, now_ms: u64) {
+    fn advance_clock(&mut self, now_ms: u64, events: &mut Vec<Event>) {
         if now_ms > self.clock_ms {
             self.clock_ms = now_ms;
             self.idempotency.expire(now_ms);
         }
+        // Every due lock, before the command and whatever it is: these grants are
+        // time's doing, so a command that is then refused has changed nothing.
+        self.settle_due_delays(events);
     }
 
     fn execute(
@@ -211,10 +228,8 @@ impl StateMachine {
                 value,
             } => self.register(limits, name, lease, holder.as_deref(), value, events),
             Command::Unregister { name, lease_id } => self.unregister(name, *lease_id, events),
-            Command::Tick => {
-                self.settle_due_delays(events);
-                Ok(Reply::Ticked)
-            }
+            // Time-driven rules already ran in `apply`.
+            Command::Tick => Ok(Reply::Ticked),
         }
     }
 
@@ -303,7 +318,7 @@ impl StateMachine {
 
     pub(crate) fn attach(&mut self, lease_id: LeaseId, attachment: Attachment) {
         if let Some(lease) = self.leases.get_mut(&lease_id) {
-            lease.attachments.push(attachment);
+            lease.attach(attachment);
         }
     }
 

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{LeaseId, WaiterId};
+use crate::lease::Leases;
 
 /// Who holds a slot.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -12,13 +13,37 @@ pub(crate) struct Holding {
     pub lease_id: LeaseId,
     /// Fencing token: the revision of the grant.
     pub token: u64,
-    pub holder: String,
+    /// `None` when it is the lease's holder (the usual case, stored once, on the
+    /// lease); see [`Holding::holder`].
+    pub holder: Option<String>,
     /// Lock delay to impose if this holding's lease expires.
     pub lock_delay_ms: u64,
     /// Election value (JSON text); empty for locks.
     pub value: String,
     /// Revision of the last change to this holding (grant or proclaim).
     pub modified_revision: u64,
+}
+
+impl Holding {
+    /// Records `holder` unless it is the lease's own holder (a lease's holder never
+    /// changes, and a holding's lease lives as long as the holding).
+    pub fn holder_to_store(leases: &Leases, lease_id: LeaseId, holder: &str) -> Option<String> {
+        match leases.get(&lease_id) {
+            Some(lease) if lease.holder == holder => None,
+            _ => Some(holder.to_owned()),
+        }
+    }
+
+    /// Who holds it.
+    pub fn holder(&self, leases: &Leases) -> String {
+        match &self.holder {
+            Some(holder) => holder.clone(),
+            None => leases
+                .get(&self.lease_id)
+                .map(|lease| lease.holder.clone())
+                .unwrap_or_default(),
+        }
+    }
 }
 
 /// A request waiting in a slot's queue.

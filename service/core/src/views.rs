@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::CoreError;
 use crate::ids::LeaseId;
-use crate::lease::Attachment;
+use crate::lease::{Attachment, Leases};
 use crate::machine::StateMachine;
 use crate::slot::Slot;
 
@@ -89,11 +89,11 @@ pub struct NameView {
     pub since_revision: u64,
 }
 
-fn lock_view(name: &str, slot: &Slot) -> LockView {
+fn lock_view(name: &str, slot: &Slot, leases: &Leases) -> LockView {
     LockView {
         name: name.to_owned(),
         held: slot.holding.is_some(),
-        holder: slot.holding.as_ref().map(|h| h.holder.clone()),
+        holder: slot.holding.as_ref().map(|h| h.holder(leases)),
         token: slot.holding.as_ref().map(|h| h.token),
         since_revision: slot.holding.as_ref().map(|h| h.token),
         waiters: slot.queue.len(),
@@ -121,15 +121,15 @@ impl StateMachine {
     /// The lock, or a free lock's view (`held: false`) when nothing is recorded.
     pub fn lock(&self, name: &str) -> LockView {
         match self.locks.get(name) {
-            Some(slot) => lock_view(name, slot),
-            None => lock_view(name, &Slot::default()),
+            Some(slot) => lock_view(name, slot, &self.leases),
+            None => lock_view(name, &Slot::default(), &self.leases),
         }
     }
 
     /// Locks that are held, queued on or delayed, in name order.
     pub fn locks(&self, prefix: &str, after: Option<&str>, limit: usize) -> Vec<LockView> {
         page(&self.locks, prefix, after, limit)
-            .map(|(name, slot)| lock_view(name, slot))
+            .map(|(name, slot)| lock_view(name, slot, &self.leases))
             .collect()
     }
 
@@ -209,7 +209,7 @@ impl StateMachine {
         Some(ElectionView {
             name: name.to_owned(),
             leader: slot.holding.as_ref().map(|h| LeaderView {
-                candidate: h.holder.clone(),
+                candidate: h.holder(&self.leases),
                 value: h.value.clone(),
                 token: h.token,
                 since_revision: h.modified_revision,
@@ -245,5 +245,38 @@ impl StateMachine {
     /// How many idempotency records are retained.
     pub fn idempotency_records(&self) -> usize {
         self.idempotency.len()
+    }
+}
+
+/// Sizes of the state, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    /// Live leases.
+    pub leases: usize,
+    /// Locks with a holder.
+    pub held_locks: usize,
+    /// Requests queued on locks.
+    pub lock_waiters: usize,
+    /// Elections with a leader.
+    pub elections: usize,
+    /// Registered names.
+    pub names: usize,
+}
+
+impl StateMachine {
+    /// Sizes of the state (walks the locks and elections: meant for scrapes, not
+    /// for hot paths).
+    pub fn counts(&self) -> Counts {
+        Counts {
+            leases: self.leases.len(),
+            held_locks: self.locks.values().filter(|s| s.holding.is_some()).count(),
+            lock_waiters: self.locks.values().map(|s| s.queue.len()).sum(),
+            elections: self
+                .elections
+                .values()
+                .filter(|s| s.holding.is_some())
+                .count(),
+            names: self.names.len(),
+        }
     }
 }

@@ -338,11 +338,13 @@ fn acquire_without_a_lease_creates_one_that_goes_with_the_lock() {
 
 #[test]
 fn bad_commands_are_refused_with_typed_errors_and_change_nothing() {
-    let mut d = Driver::default();
-    d.limits = Limits {
-        max_waiters_per_lock: 1,
-        max_holdings_per_lease: 2,
-        ..Limits::default()
+    let mut d = Driver {
+        limits: Limits {
+            max_waiters_per_lock: 1,
+            max_holdings_per_lease: 2,
+            ..Limits::default()
+        },
+        ..Driver::default()
     };
     let (a, b, c) = (d.create_lease(1), d.create_lease(2), d.create_lease(3));
     d.grant("full", a);
@@ -357,7 +359,8 @@ fn bad_commands_are_refused_with_typed_errors_and_change_nothing() {
             waiter: Some(WaiterId(999)),
             lock_delay_ms: delay,
         };
-    let cases: Vec<(Command, fn(&CoreError) -> bool)> = vec![
+    type Expected = fn(&CoreError) -> bool;
+    let cases: Vec<(Command, Expected)> = vec![
         (acquire("", LeaseRef::Existing(a), None, 0), |e| {
             matches!(e, CoreError::InvalidName { .. })
         }),
@@ -521,4 +524,83 @@ fn tokens_strictly_increase_within_and_across_batches() {
     }
     assert!(tokens.windows(2).all(|w| w[0] < w[1]));
     assert!(tokens.len() >= 3 * 50, "{}", tokens.len());
+}
+
+/// Regression (found by `tests/properties.rs`): a refused acquire of a lock whose
+/// lock delay had passed handed that lock to its first waiter, changing state while
+/// answering `Err`, and only for that lock. Now every apply first settles every
+/// lock whose delay has passed; the refused command itself changes nothing.
+#[test]
+fn a_refused_acquire_changes_only_what_time_changes() {
+    let mut d = Driver::default();
+    let (a, b, c) = (d.create_lease(1), d.create_lease(2), d.create_lease(3));
+    for name in ["x", "y"] {
+        let out = d.apply(Command::Acquire {
+            name: name.into(),
+            lease: LeaseRef::Existing(a),
+            holder: None,
+            waiter: None,
+            lock_delay_ms: 5_000,
+        });
+        assert!(matches!(out.result, Ok(Reply::LockGranted(_))), "{out:?}");
+    }
+    let wb = d.wait("x", b);
+    let wc = d.wait("y", c);
+    d.apply(Command::ExpireLease { lease_id: a })
+        .result
+        .unwrap();
+    d.now_ms += 5_000;
+    let before = d.sm.clone();
+    // c tries x without waiting: refused, x goes to b (who was first in line).
+    let out = d.acquire("x", c);
+    assert_eq!(
+        out,
+        Err(CoreError::LockHeld {
+            holder: Some("holder-2".into()),
+            token: Some(d.sm.lock("x").token.unwrap()),
+        })
+    );
+    // Exactly what a Tick at the same moment does: both delayed locks handed on.
+    let mut ticked = Driver {
+        sm: before,
+        now_ms: d.now_ms,
+        ..Driver::default()
+    };
+    let tick = ticked.apply(Command::Tick);
+    assert_eq!(d.sm, ticked.sm);
+    let expected: Vec<_> = grants(&tick).iter().map(|g| (g.0.clone(), g.3)).collect();
+    assert_eq!(
+        expected,
+        [("x".to_owned(), Some(wb)), ("y".to_owned(), Some(wc))]
+    );
+    assert_eq!(d.sm.lock("y").token, Some(grants(&tick)[1].2));
+    assert_eq!(d.sm.next_timer_ms(), None);
+}
+
+#[test]
+fn a_lock_whose_delay_passed_is_handed_on_by_the_next_command_of_any_kind() {
+    let mut d = Driver::default();
+    let (a, b) = (d.create_lease(1), d.create_lease(2));
+    d.apply(Command::Acquire {
+        name: "db".into(),
+        lease: LeaseRef::Existing(a),
+        holder: None,
+        waiter: None,
+        lock_delay_ms: 1_000,
+    })
+    .result
+    .unwrap();
+    let wb = d.wait("db", b);
+    d.apply(Command::ExpireLease { lease_id: a })
+        .result
+        .unwrap();
+    d.now_ms += 999;
+    assert!(grants(&d.apply(Command::Tick)).is_empty());
+    d.now_ms += 1;
+    // An unrelated command that is refused still carries the time-driven grant.
+    let out = d.apply(Command::RevokeLease {
+        lease_id: lease(42),
+    });
+    assert_eq!(out.result, Err(CoreError::LeaseNotFound));
+    assert_eq!(grants(&out), [("db".into(), b, out.revision, Some(wb))]);
 }

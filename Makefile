@@ -1,0 +1,43 @@
+# Baton: `make run` starts a single node on 127.0.0.1:7878 (data in ./baton-data);
+# `make test` runs every test. Both install what they need first.
+
+# One target directory outside the clone, shared by runs and CI: the dependency
+# stack (RocksDB's C++ above all) is built once.
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/baton-target
+CARGO ?= cargo
+
+.PHONY: setup run build test test-rust test-openapi openapi lint fmt clean-data
+
+setup:
+	@.ci/setup
+
+build: setup
+	$(CARGO) build --release -p baton
+
+run: build
+	$(CARGO_TARGET_DIR)/release/baton serve
+
+test: setup test-rust test-openapi
+
+test-rust:
+	$(CARGO) nextest run --workspace --no-fail-fast
+
+# Validates the committed OpenAPI document (the Rust tests check it matches the code).
+test-openapi:
+	@.ci/setup python
+	.venv/bin/openapi-spec-validator openapi/baton.json
+	@echo "openapi: 1 passed, 0 failed"
+
+# Regenerates the committed OpenAPI document from the code.
+openapi:
+	$(CARGO) run -q -p baton -- openapi > openapi/baton.json
+
+lint: setup
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+clean-data:
+	rm -rf ./baton-data

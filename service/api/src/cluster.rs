@@ -1,0 +1,116 @@
+//! Cluster status, health, readiness and Prometheus metrics.
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpResponse};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::error::ApiError;
+use crate::respond::Answer;
+use crate::state::ApiState;
+
+/// A cluster member.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemberInfo {
+    /// Raft node id.
+    pub id: u64,
+    /// Client API address.
+    pub api_addr: String,
+    /// Raft peer address.
+    pub raft_addr: String,
+    /// Voter (true) or learner.
+    pub voter: bool,
+}
+
+/// The cluster as this node sees it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClusterInfo {
+    /// Identifies the cluster.
+    pub cluster_id: String,
+    /// This node.
+    pub node_id: u64,
+    /// The current Raft leader, if known.
+    pub leader_id: Option<u64>,
+    /// Current Raft term.
+    pub term: u64,
+    /// Members.
+    pub members: Vec<MemberInfo>,
+    /// Revision applied on this node.
+    pub applied_revision: u64,
+    /// Raft commit index known to this node.
+    pub commit_index: u64,
+}
+
+/// Liveness or readiness.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    /// `ok`, or `not_ready`.
+    pub status: String,
+}
+
+/// The cluster: members, leader, term, applied revision.
+#[utoipa::path(get, path = "/v1/cluster", tag = "cluster", responses((status = 200, body = ClusterInfo)))]
+pub async fn cluster(state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
+    let status = state.node.cluster();
+    let commit_index = state.node.commit_index().await;
+    let info = ClusterInfo {
+        cluster_id: state.settings.cluster_id.clone(),
+        node_id: status.node_id,
+        leader_id: status.leader_id,
+        term: status.term,
+        members: status
+            .members
+            .into_iter()
+            .map(|m| MemberInfo { id: m.id, api_addr: m.api_addr, raft_addr: m.raft_addr, voter: m.voter })
+            .collect(),
+        applied_revision: status.applied_revision,
+        commit_index,
+    };
+    Ok(Answer::ok(info, status.applied_revision).into_response())
+}
+
+/// The process is alive.
+#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, body = Health)))]
+pub async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(Health { status: "ok".into() })
+}
+
+/// The node knows a leader and has applied everything committed.
+#[utoipa::path(get, path = "/readyz", tag = "health",
+    responses((status = 200, body = Health), (status = 503, body = Health)))]
+pub async fn readyz(state: web::Data<ApiState>) -> HttpResponse {
+    if state.node.is_ready().await {
+        HttpResponse::Ok().json(Health { status: "ok".into() })
+    } else {
+        HttpResponse::build(StatusCode::SERVICE_UNAVAILABLE)
+            .insert_header(("retry-after", "1"))
+            .json(Health { status: "not_ready".into() })
+    }
+}
+
+/// Prometheus text exposition of the node's gauges.
+#[utoipa::path(get, path = "/metrics", tag = "health",
+    responses((status = 200, content_type = "text/plain; version=0.0.4", body = String)))]
+pub async fn metrics(state: web::Data<ApiState>) -> HttpResponse {
+    let status = state.node.cluster();
+    let counts = state.node.read(|sm| sm.counts());
+    let lines = [
+        ("baton_applied_revision", "Revision applied on this node.", status.applied_revision as f64),
+        ("baton_raft_term", "Current Raft term.", status.term as f64),
+        ("baton_raft_applied_index", "Last applied Raft log index.", status.applied_index as f64),
+        ("baton_raft_is_leader", "1 when this node is the Raft leader.", f64::from(u8::from(state.node.is_leader()))),
+        ("baton_leases", "Live leases.", counts.leases as f64),
+        ("baton_locks_held", "Locks currently held.", counts.held_locks as f64),
+        ("baton_lock_waiters", "Requests queued on locks.", counts.lock_waiters as f64),
+        ("baton_elections_led", "Elections with a leader.", counts.elections as f64),
+        ("baton_names_registered", "Registered names.", counts.names as f64),
+        ("baton_waiting_requests", "HTTP requests waiting for a queued grant on this node.", state.node.waiters().len() as f64),
+    ];
+    let mut text = String::new();
+    for (name, help, value) in lines {
+        text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"));
+    }
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(text)
+}

@@ -1,0 +1,197 @@
+//! The one place where errors become HTTP: every refusal is an RFC 9457
+//! `application/problem+json` body with a stable `code`.
+
+use std::time::Duration;
+
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use baton_core::CoreError;
+use baton_raft::RaftLayerError;
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use utoipa::ToSchema;
+
+/// An RFC 9457 problem document, as every error response carries it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Problem {
+    /// `https://baton.dev/errors/<code>`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A short, human-readable summary of the problem type.
+    pub title: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// What went wrong with this request.
+    pub detail: String,
+    /// Stable machine-readable error code.
+    pub code: String,
+    /// Current holder's identity (`lock_held`, `name_taken`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// Current holder's token (`lock_held`, `name_taken`, `lock_lost` as `current_token`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+}
+
+/// Every way an API request can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The body is not valid JSON for this endpoint.
+    #[error("{0}")]
+    InvalidBody(String),
+    /// The body is over the size limit.
+    #[error("the request body is over {0} bytes")]
+    BodyTooLarge(usize),
+    /// A query parameter is malformed.
+    #[error("{0}")]
+    InvalidQuery(String),
+    /// The `Idempotency-Key` header is malformed.
+    #[error("Idempotency-Key must be 1 to 128 printable ASCII characters")]
+    InvalidIdempotencyKey,
+    /// `wait_ms` out of bounds.
+    #[error("wait_ms must be between 0 and {max_ms}, got {wait_ms}")]
+    InvalidWait {
+        /// Requested.
+        wait_ms: u64,
+        /// Upper bound.
+        max_ms: u64,
+    },
+    /// No election leader.
+    #[error("the election has no leader")]
+    NoLeader,
+    /// No route for this path.
+    #[error("no such endpoint: {0}")]
+    RouteNotFound(String),
+    /// A refusal by the state machine.
+    #[error(transparent)]
+    Core(#[from] CoreError),
+    /// The Raft layer could not serve the request.
+    #[error(transparent)]
+    Raft(#[from] RaftLayerError),
+}
+
+struct Mapping {
+    status: StatusCode,
+    code: &'static str,
+    title: &'static str,
+}
+
+const fn map(status: StatusCode, code: &'static str, title: &'static str) -> Mapping {
+    Mapping {
+        status,
+        code,
+        title,
+    }
+}
+
+impl ApiError {
+    /// The error table: status, stable code and title for every error.
+    fn mapping(&self) -> Mapping {
+        use CoreError as C;
+        match self {
+            ApiError::InvalidBody(_) => map(StatusCode::BAD_REQUEST, "invalid_body", "Invalid request body"),
+            ApiError::BodyTooLarge(_) => map(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", "Request body too large"),
+            ApiError::InvalidQuery(_) => map(StatusCode::BAD_REQUEST, "invalid_query", "Invalid query parameter"),
+            ApiError::InvalidIdempotencyKey => map(StatusCode::BAD_REQUEST, "invalid_idempotency_key", "Invalid Idempotency-Key"),
+            ApiError::InvalidWait { .. } => map(StatusCode::BAD_REQUEST, "invalid_wait", "Invalid wait"),
+            ApiError::NoLeader => map(StatusCode::NOT_FOUND, "no_leader", "No leader"),
+            ApiError::RouteNotFound(_) => map(StatusCode::NOT_FOUND, "route_not_found", "No such endpoint"),
+            ApiError::Core(core) => match core {
+                C::InvalidName { .. } => map(StatusCode::BAD_REQUEST, "invalid_name", "Invalid name"),
+                C::InvalidTtl { .. } => map(StatusCode::BAD_REQUEST, "invalid_ttl", "Invalid TTL"),
+                C::InvalidLockDelay { .. } => map(StatusCode::BAD_REQUEST, "invalid_lock_delay", "Invalid lock delay"),
+                C::ValueTooLarge { .. } => map(StatusCode::PAYLOAD_TOO_LARGE, "value_too_large", "Value too large"),
+                C::HolderTooLong { .. } => map(StatusCode::BAD_REQUEST, "invalid_holder", "Invalid holder"),
+                C::LeaseNotFound => map(StatusCode::NOT_FOUND, "lease_not_found", "Lease not found"),
+                // 128 random bits collided: a retry draws new ones.
+                C::LeaseExists => map(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Retry"),
+                C::LockHeld { .. } => map(StatusCode::CONFLICT, "lock_held", "Lock is held"),
+                C::LockLost { .. } => map(StatusCode::CONFLICT, "lock_lost", "Lock lost"),
+                C::NotElected { .. } => map(StatusCode::CONFLICT, "not_elected", "Not elected"),
+                C::NotLeader => map(StatusCode::CONFLICT, "not_leader", "Not the leader"),
+                C::NameTaken { .. } => map(StatusCode::CONFLICT, "name_taken", "Name is taken"),
+                C::NotOwner => map(StatusCode::CONFLICT, "not_owner", "Not the owner"),
+                C::NotFound => map(StatusCode::NOT_FOUND, "not_found", "Not found"),
+                C::WaiterNotFound => map(StatusCode::CONFLICT, "lock_held", "Wait ended"),
+                C::QuotaExceeded { .. } => map(StatusCode::TOO_MANY_REQUESTS, "quota_exceeded", "Quota exceeded"),
+                C::IdempotencyKeyReused => map(StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused", "Idempotency key reused"),
+            },
+            ApiError::Raft(raft) => match raft {
+                RaftLayerError::NotLeader { .. } | RaftLayerError::Unavailable { .. } => {
+                    map(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Unavailable")
+                }
+                RaftLayerError::RevisionNotReached { .. } => map(StatusCode::GATEWAY_TIMEOUT, "revision_not_reached", "Revision not reached"),
+            },
+        }
+    }
+
+    /// Fields beyond the RFC 9457 ones, per error.
+    fn extra(&self) -> Map<String, Value> {
+        let mut extra = Map::new();
+        match self {
+            ApiError::Core(CoreError::LockHeld { holder, token }) => {
+                extra.insert("holder".into(), json!(holder));
+                extra.insert("token".into(), json!(token));
+            }
+            ApiError::Core(CoreError::LockLost { current_token }) => {
+                extra.insert("current_token".into(), json!(current_token));
+            }
+            ApiError::Core(CoreError::NotElected { leader, token }) => {
+                extra.insert("leader".into(), json!(leader));
+                extra.insert("token".into(), json!(token));
+            }
+            ApiError::Core(CoreError::NameTaken { holder, token }) => {
+                extra.insert("holder".into(), json!(holder));
+                extra.insert("token".into(), json!(token));
+            }
+            ApiError::Raft(RaftLayerError::NotLeader { leader_id, .. }) => {
+                extra.insert("leader_id".into(), json!(leader_id));
+            }
+            ApiError::Raft(RaftLayerError::RevisionNotReached { wanted, applied }) => {
+                extra.insert("min_revision".into(), json!(wanted));
+                extra.insert("applied_revision".into(), json!(applied));
+            }
+            _ => {}
+        }
+        extra
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ApiError::Raft(RaftLayerError::Unavailable { retry_after, .. }) => Some(*retry_after),
+            ApiError::Raft(RaftLayerError::NotLeader { .. }) | ApiError::Core(CoreError::LeaseExists) => {
+                Some(Duration::from_secs(1))
+            }
+            _ => None,
+        }
+    }
+
+    /// The stable error code.
+    pub fn code(&self) -> &'static str {
+        self.mapping().code
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.mapping().status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mapping = self.mapping();
+        let mut body = Map::new();
+        body.insert("type".into(), json!(format!("https://baton.dev/errors/{}", mapping.code)));
+        body.insert("title".into(), json!(mapping.title));
+        body.insert("status".into(), json!(mapping.status.as_u16()));
+        body.insert("detail".into(), json!(self.to_string()));
+        body.insert("code".into(), json!(mapping.code));
+        body.extend(self.extra());
+        let mut response = HttpResponse::build(mapping.status);
+        response.insert_header((header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json")));
+        if let Some(after) = self.retry_after() {
+            response.insert_header((header::RETRY_AFTER, after.as_secs().max(1).to_string()));
+        }
+        response.body(Value::Object(body).to_string())
+    }
+}

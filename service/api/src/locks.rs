@@ -1,0 +1,355 @@
+//! `/v1/locks`: acquire (with FIFO wait), renew, release, validate, inspect, list.
+
+use std::time::Duration;
+
+use actix_web::web;
+use actix_web::{HttpRequest, HttpResponse};
+use baton_core::{Command, CoreError, EndReason, Grant, LeaseRef, LockView, Reply, Request};
+use baton_raft::{Node, QueueKind, WaitEnd, Waited};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::error::{ApiError, Problem};
+use crate::request::{
+    read_body,
+    checked_name, encode_page_token, idempotency_key, parse_body, parse_lease_id,
+    parse_required_body, settle_read, ListQuery, ReadQuery,
+};
+use crate::respond::{applied, propose, unexpected, Answer};
+use crate::state::ApiState;
+
+/// Body of `:acquire`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireBody {
+    /// Hang the grant on this lease; without it, a lease is created for this lock
+    /// alone (and revoked on release).
+    pub lease_id: Option<String>,
+    /// TTL of the lease created when `lease_id` is absent (ignored otherwise).
+    pub ttl_ms: Option<u64>,
+    /// Who holds it (defaults to the lease's holder).
+    pub holder: Option<String>,
+    /// Wait in the FIFO queue up to this long (0 = try once; max configurable).
+    pub wait_ms: Option<u64>,
+    /// After this grant's lease *expires*, keep the lock ungrantable this long.
+    pub lock_delay_ms: Option<u64>,
+}
+
+/// A lock grant.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LockGrant {
+    /// Lock name.
+    pub name: String,
+    /// Fencing token: unique, greater than every token before it.
+    pub token: u64,
+    /// The lease the grant hangs on.
+    pub lease_id: String,
+    /// That lease's TTL.
+    pub ttl_ms: u64,
+    /// Holder identity.
+    pub holder: String,
+    /// Revision of the grant.
+    pub revision: u64,
+}
+
+/// Body of `:renew` and `:release`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HolderBody {
+    /// The holder's lease.
+    pub lease_id: String,
+    /// The holder's fencing token.
+    pub token: u64,
+}
+
+/// A renewed grant.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LockRenewed {
+    /// Lock name.
+    pub name: String,
+    /// The (unchanged) fencing token.
+    pub token: u64,
+    /// The lease TTL that restarted now.
+    pub ttl_ms: u64,
+}
+
+/// A released lock.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LockReleased {
+    /// Always true.
+    pub released: bool,
+    /// Revision of the release.
+    pub revision: u64,
+}
+
+/// Body of `:validate`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ValidateBody {
+    /// The token to check.
+    pub token: u64,
+}
+
+/// Whether a token is the current holder's.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Validation {
+    /// True when `token` is the current holder's token.
+    pub valid: bool,
+    /// The current holder's token, or null when the lock is free.
+    pub current_token: Option<u64>,
+}
+
+/// A lock as anyone may see it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LockInfo {
+    /// Lock name.
+    pub name: String,
+    /// Whether someone holds it.
+    pub held: bool,
+    /// Holder identity.
+    pub holder: Option<String>,
+    /// Holder's fencing token.
+    pub token: Option<u64>,
+    /// Revision since which the holder holds it.
+    pub since_revision: Option<u64>,
+    /// Requests waiting in the queue.
+    pub waiters: usize,
+}
+
+impl From<LockView> for LockInfo {
+    fn from(view: LockView) -> Self {
+        LockInfo {
+            name: view.name,
+            held: view.held,
+            holder: view.holder,
+            token: view.token,
+            since_revision: view.since_revision,
+            waiters: view.waiters,
+        }
+    }
+}
+
+/// A page of locks.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LockPage {
+    /// Locks that are held or have waiters, in name order.
+    pub items: Vec<LockInfo>,
+    /// Pass as `page_token` for the next page; null on the last page.
+    pub next_page_token: Option<String>,
+}
+
+fn grant_answer(grant: Grant, revision: u64, replayed: bool) -> HttpResponse {
+    let token = grant.token;
+    let body = LockGrant {
+        name: grant.name,
+        token,
+        lease_id: grant.lease_id.to_string(),
+        ttl_ms: grant.ttl_ms,
+        holder: grant.holder,
+        revision,
+    };
+    let mut answer = Answer::ok(body, revision).with_token(token);
+    answer.replayed = replayed;
+    answer.into_response()
+}
+
+fn current_holder(state: &ApiState, name: &str) -> ApiError {
+    let view = state.node.read(|sm| sm.lock(name));
+    ApiError::Core(CoreError::LockHeld {
+        holder: view.holder,
+        token: view.token,
+    })
+}
+
+/// Checks `wait_ms` against the configured bound.
+pub(crate) fn checked_wait(state: &ApiState, wait_ms: Option<u64>) -> Result<u64, ApiError> {
+    let wait_ms = wait_ms.unwrap_or(0);
+    let max_ms = state.settings.max_wait_ms;
+    if wait_ms > max_ms {
+        return Err(ApiError::InvalidWait { wait_ms, max_ms });
+    }
+    Ok(wait_ms)
+}
+
+/// Acquire a lock, or wait for it in FIFO order up to `wait_ms`.
+#[utoipa::path(post, path = "/v1/locks/{name}:acquire", tag = "locks",
+    params(("name" = String, Path, description = "Lock name; `/` allowed (literal or %2F)"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe")),
+    request_body(content = Option<AcquireBody>),
+    responses(
+        (status = 200, body = LockGrant, headers(("Baton-Fencing-Token" = u64, description = "The grant's token"))),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "lock_held (with holder, token)"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "lease_not_found"),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_name, invalid_ttl, invalid_wait, invalid_body"),
+        (status = 429, body = Problem, content_type = "application/problem+json", description = "quota_exceeded"),
+    ))]
+pub async fn acquire(
+    state: web::Data<ApiState>,
+    http: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_body(payload).await?;
+    let name = checked_name(&path)?;
+    let input: AcquireBody = parse_body(&body)?;
+    let wait_ms = checked_wait(&state, input.wait_ms)?;
+    let lease = match &input.lease_id {
+        Some(text) => LeaseRef::Existing(parse_lease_id(text)?),
+        None => LeaseRef::New {
+            lease_id: Node::new_lease_id(),
+            ttl_ms: input.ttl_ms.unwrap_or(state.settings.default_ttl_ms),
+        },
+    };
+    let waiter = (wait_ms > 0).then(Node::new_waiter_id);
+    let request = Request {
+        idempotency: idempotency_key(&http, &body)?,
+        command: Command::Acquire {
+            name: name.clone(),
+            lease,
+            holder: input.holder,
+            waiter,
+            lock_delay_ms: input.lock_delay_ms.unwrap_or(0),
+        },
+    };
+    let waited = match waiter {
+        None => Waited::Immediate(state.node.propose(request).await?),
+        Some(waiter) => {
+            state
+                .node
+                .propose_and_wait(request, QueueKind::Lock(name.clone()), waiter, Duration::from_millis(wait_ms))
+                .await?
+        }
+    };
+    match waited {
+        Waited::Immediate(outcome) => {
+            let done = applied(outcome)?;
+            match done.reply {
+                Reply::LockGranted(grant) => Ok(grant_answer(grant, done.revision, done.replayed)),
+                Reply::LockQueued { holder, token, .. } => Err(ApiError::Core(CoreError::LockHeld { holder, token })),
+                other => Err(unexpected(&other)),
+            }
+        }
+        Waited::Ended(WaitEnd::Granted(grant)) => {
+            let revision = grant.token;
+            Ok(grant_answer(grant, revision, false))
+        }
+        Waited::Ended(WaitEnd::Ended(EndReason::Revoked | EndReason::Expired)) => {
+            Err(ApiError::Core(CoreError::LeaseNotFound))
+        }
+        Waited::Ended(_) | Waited::TimedOut => Err(current_holder(&state, &name)),
+    }
+}
+
+/// Renew: keep the lease alive and check that this token still holds the lock.
+#[utoipa::path(post, path = "/v1/locks/{name}:renew", tag = "locks",
+    params(("name" = String, Path)),
+    request_body = HolderBody,
+    responses(
+        (status = 200, body = LockRenewed),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "lock_lost (with current_token)"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "lease_not_found"),
+    ))]
+pub async fn renew(state: web::Data<ApiState>, path: web::Path<String>, payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_body(payload).await?;
+    let name = checked_name(&path)?;
+    let input: HolderBody = parse_required_body(&body)?;
+    let lease_id = parse_lease_id(&input.lease_id)?;
+    state.node.linearizable().await?;
+    state.node.read(|sm| sm.check_lock_holder(&name, lease_id, input.token))?;
+    let ttl_ms = state
+        .node
+        .keep_alive(lease_id)
+        .await?
+        .ok_or(ApiError::Core(CoreError::LeaseNotFound))?;
+    let revision = state.node.revision();
+    Ok(Answer::ok(LockRenewed { name, token: input.token, ttl_ms }, revision)
+        .with_token(input.token)
+        .into_response())
+}
+
+/// Release a lock; the next waiter in line (exactly one) is granted.
+#[utoipa::path(post, path = "/v1/locks/{name}:release", tag = "locks",
+    params(("name" = String, Path),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe")),
+    request_body = HolderBody,
+    responses(
+        (status = 200, body = LockReleased),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "lock_lost"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "lease_not_found"),
+    ))]
+pub async fn release(
+    state: web::Data<ApiState>,
+    http: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_body(payload).await?;
+    let name = checked_name(&path)?;
+    let input: HolderBody = parse_required_body(&body)?;
+    let lease_id = parse_lease_id(&input.lease_id)?;
+    let command = Command::Release { name, lease_id, token: input.token };
+    let done = applied(propose(&state, &http, &body, command).await?)?;
+    if !matches!(done.reply, Reply::LockReleased) {
+        return Err(unexpected(&done.reply));
+    }
+    let mut answer = Answer::ok(LockReleased { released: true, revision: done.revision }, done.revision);
+    answer.replayed = done.replayed;
+    Ok(answer.into_response())
+}
+
+/// Check whether a token is the lock's current holder's (a linearizable read).
+#[utoipa::path(post, path = "/v1/locks/{name}:validate", tag = "locks",
+    params(("name" = String, Path)),
+    request_body = ValidateBody,
+    responses((status = 200, body = Validation)))]
+pub async fn validate(state: web::Data<ApiState>, path: web::Path<String>, payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_body(payload).await?;
+    let name = checked_name(&path)?;
+    let input: ValidateBody = parse_required_body(&body)?;
+    state.node.linearizable().await?;
+    let ((valid, current_token), revision) = state.node.read(|sm| (sm.validate(&name, input.token), sm.revision()));
+    Ok(Answer::ok(Validation { valid, current_token }, revision).into_response())
+}
+
+/// Inspect a lock. A free lock is simply `held: false`.
+#[utoipa::path(get, path = "/v1/locks/{name}", tag = "locks",
+    params(("name" = String, Path), ReadQuery),
+    responses(
+        (status = 200, body = LockInfo),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_name"),
+        (status = 504, body = Problem, content_type = "application/problem+json", description = "revision_not_reached"),
+    ))]
+pub async fn get(
+    state: web::Data<ApiState>,
+    path: web::Path<String>,
+    query: web::Query<ReadQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let name = checked_name(&path)?;
+    settle_read(&state, &query).await?;
+    let (view, revision) = state.node.read(|sm| (sm.lock(&name), sm.revision()));
+    Ok(Answer::ok(LockInfo::from(view), revision).into_response())
+}
+
+/// List locks that are held or have waiters, in name order.
+#[utoipa::path(get, path = "/v1/locks", tag = "locks",
+    params(ListQuery),
+    responses(
+        (status = 200, body = LockPage),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_query"),
+    ))]
+pub async fn list(state: web::Data<ApiState>, query: web::Query<ListQuery>) -> Result<HttpResponse, ApiError> {
+    let limit = query.limit()?;
+    let after = query.after()?;
+    settle_read(&state, &query.read()).await?;
+    let prefix = query.prefix.clone().unwrap_or_default();
+    let (views, revision) = state
+        .node
+        .read(|sm| (sm.locks(&prefix, after.as_deref(), limit), sm.revision()));
+    let next_page_token = (views.len() == limit)
+        .then(|| views.last().map(|v| encode_page_token(&v.name)))
+        .flatten();
+    let items = views.into_iter().map(LockInfo::from).collect();
+    Ok(Answer::ok(LockPage { items, next_page_token }, revision).into_response())
+}

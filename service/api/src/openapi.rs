@@ -1,0 +1,41 @@
+//! The OpenAPI document, generated from the handlers and schemas.
+
+use utoipa::OpenApi;
+
+use crate::{cluster, elections, error, leases, locks, names};
+
+/// Baton's API description (`GET /openapi.json`, committed as `openapi/baton.json`).
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Baton",
+        description = "A replicated lock-and-lease service: named locks with fencing tokens, leases, leader elections and cluster-unique names over HTTP/JSON. Errors are application/problem+json with a stable `code`. Every response carries `Baton-Revision`; grants also carry `Baton-Fencing-Token`.",
+        license(name = "Apache-2.0"),
+    ),
+    paths(
+        leases::create, leases::keepalive, leases::get, leases::revoke,
+        locks::acquire, locks::renew, locks::release, locks::validate, locks::get, locks::list,
+        elections::campaign, elections::proclaim, elections::resign, elections::get,
+        names::register, names::get, names::unregister, names::list,
+        cluster::cluster, cluster::healthz, cluster::readyz, cluster::metrics,
+    ),
+    components(schemas(error::Problem)),
+    tags(
+        (name = "leases", description = "Liveness: everything on a lease goes when it expires or is revoked"),
+        (name = "locks", description = "Exclusive locks with a FIFO queue and fencing tokens"),
+        (name = "elections", description = "One leader per name, with a published value"),
+        (name = "names", description = "Cluster-unique name registry"),
+        (name = "cluster", description = "Cluster membership and status"),
+        (name = "health", description = "Health, readiness, metrics"),
+    )
+)]
+pub struct ApiDoc;
+
+/// The OpenAPI document as pretty-printed JSON (what is committed under `openapi/`).
+pub fn openapi_json() -> String {
+    let mut text = ApiDoc::openapi()
+        .to_pretty_json()
+        .unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}"));
+    text.push('\n');
+    text
+}

@@ -1,0 +1,213 @@
+//! Turning raw HTTP input into checked values: bodies, headers, query strings.
+
+use std::time::Duration;
+
+use actix_web::web::Bytes;
+use actix_web::HttpRequest;
+use baton_core::{validate_name, IdempotencyKey, LeaseId};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use crate::error::ApiError;
+use crate::state::ApiState;
+
+/// Largest request body accepted.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// Parses a JSON body; an empty body means "all fields defaulted".
+pub fn parse_body<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiError> {
+    if body.len() > MAX_BODY_BYTES {
+        return Err(ApiError::BodyTooLarge(MAX_BODY_BYTES));
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|error| ApiError::InvalidBody(error.to_string()))
+}
+
+/// Parses a JSON body that must be present.
+pub fn parse_required_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    if body.len() > MAX_BODY_BYTES {
+        return Err(ApiError::BodyTooLarge(MAX_BODY_BYTES));
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::InvalidBody("a JSON body is required".into()));
+    }
+    serde_json::from_slice(body).map_err(|error| ApiError::InvalidBody(error.to_string()))
+}
+
+/// A path segment that names a lock, election or registered name.
+pub fn checked_name(name: &str) -> Result<String, ApiError> {
+    validate_name(name)?;
+    Ok(name.to_owned())
+}
+
+/// A lease id from a path or body. A malformed id cannot name a lease.
+pub fn parse_lease_id(text: &str) -> Result<LeaseId, ApiError> {
+    text.parse()
+        .map_err(|_| ApiError::Core(baton_core::CoreError::LeaseNotFound))
+}
+
+/// FNV-1a: a stable 64-bit hash (the same on every node and every build), used
+/// to recognise a retried request.
+fn fingerprint(parts: &[&[u8]]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for byte in part.iter().chain(std::iter::once(&0xff)) {
+            hash ^= u64::from(*byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    hash
+}
+
+/// The request's `Idempotency-Key`, if any, with a fingerprint of the request.
+pub fn idempotency_key(
+    request: &HttpRequest,
+    body: &[u8],
+) -> Result<Option<IdempotencyKey>, ApiError> {
+    let Some(value) = request.headers().get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value.to_str().map_err(|_| ApiError::InvalidIdempotencyKey)?;
+    if key.is_empty() || key.len() > 128 || !key.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Err(ApiError::InvalidIdempotencyKey);
+    }
+    let method = request.method().as_str().as_bytes();
+    let path = request.path().as_bytes();
+    Ok(Some(IdempotencyKey {
+        principal: String::new(),
+        key: key.to_owned(),
+        fingerprint: fingerprint(&[method, path, body]),
+    }))
+}
+
+/// How a read wants to be served.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ReadQuery {
+    /// `linearizable` (default: Raft ReadIndex through the leader) or `local`
+    /// (this replica's state, possibly stale).
+    pub consistency: Option<String>,
+    /// Answer from this replica once it has applied this revision (waits up to 3 s).
+    pub min_revision: Option<u64>,
+}
+
+/// Waits as the read query asks, before reading the state.
+pub async fn settle_read(state: &ApiState, query: &ReadQuery) -> Result<(), ApiError> {
+    if let Some(revision) = query.min_revision {
+        state
+            .node
+            .wait_for_revision(revision, Duration::from_secs(3))
+            .await?;
+        return Ok(());
+    }
+    match query.consistency.as_deref() {
+        None | Some("linearizable") => Ok(state.node.linearizable().await?),
+        Some("local") => Ok(()),
+        Some(other) => Err(ApiError::InvalidQuery(format!(
+            "consistency must be 'linearizable' or 'local', got '{other}'"
+        ))),
+    }
+}
+
+/// Paging parameters of list endpoints.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Only names starting with this prefix.
+    pub prefix: Option<String>,
+    /// Page size, 1..=1000 (default 100).
+    pub limit: Option<usize>,
+    /// `next_page_token` of the previous page.
+    pub page_token: Option<String>,
+    /// See [`ReadQuery::consistency`].
+    pub consistency: Option<String>,
+    /// See [`ReadQuery::min_revision`].
+    pub min_revision: Option<u64>,
+}
+
+impl ListQuery {
+    /// The read settings of this list request.
+    pub fn read(&self) -> ReadQuery {
+        ReadQuery {
+            consistency: self.consistency.clone(),
+            min_revision: self.min_revision,
+        }
+    }
+
+    /// Page size, checked.
+    pub fn limit(&self) -> Result<usize, ApiError> {
+        match self.limit {
+            None => Ok(100),
+            Some(n @ 1..=1000) => Ok(n),
+            Some(n) => Err(ApiError::InvalidQuery(format!(
+                "limit must be between 1 and 1000, got {n}"
+            ))),
+        }
+    }
+
+    /// The name after which the page starts.
+    pub fn after(&self) -> Result<Option<String>, ApiError> {
+        self.page_token
+            .as_deref()
+            .map(decode_page_token)
+            .transpose()
+    }
+}
+
+/// Page tokens are hex-encoded names: opaque to clients, safe in any URL.
+pub fn encode_page_token(name: &str) -> String {
+    name.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn decode_page_token(token: &str) -> Result<String, ApiError> {
+    let bad = || ApiError::InvalidQuery("page_token is not one this server issued".into());
+    if token.len() % 2 != 0 {
+        return Err(bad());
+    }
+    let bytes = (0..token.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(token.get(i..i + 2).unwrap_or("zz"), 16).map_err(|_| bad()))
+        .collect::<Result<Vec<u8>, ApiError>>()?;
+    String::from_utf8(bytes).map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_tokens_round_trip() {
+        for name in ["a", "team-a/db/migrate", "x~y=z"] {
+            assert_eq!(decode_page_token(&encode_page_token(name)).ok().as_deref(), Some(name));
+        }
+        assert!(decode_page_token("zz").is_err());
+        assert!(decode_page_token("abc").is_err());
+    }
+
+    #[test]
+    fn fingerprints_tell_requests_apart() {
+        assert_eq!(fingerprint(&[b"POST", b"/a", b"{}"]), fingerprint(&[b"POST", b"/a", b"{}"]));
+        assert_ne!(fingerprint(&[b"POST", b"/a", b"{}"]), fingerprint(&[b"POST", b"/a{", b"}"]));
+        assert_ne!(fingerprint(&[b"POST", b"/a", b"{}"]), fingerprint(&[b"PUT", b"/a", b"{}"]));
+    }
+}
+
+/// Reads a request body, refusing (with problem+json, not a dropped connection)
+/// anything over [`MAX_BODY_BYTES`].
+pub async fn read_body(mut payload: actix_web::web::Payload) -> Result<Bytes, ApiError> {
+    use futures_util::StreamExt;
+    let mut body = actix_web::web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|error| ApiError::InvalidBody(error.to_string()))?;
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(ApiError::BodyTooLarge(MAX_BODY_BYTES));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}

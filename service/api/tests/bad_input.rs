@@ -1,0 +1,90 @@
+//! Bad input: every malformed request gets its documented 4xx and code, as
+//! problem+json, and the server stays healthy.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use actix_web::test::TestRequest;
+use serde_json::json;
+use support::{app, get, lease, post, send, start_node};
+
+#[actix_web::test]
+async fn malformed_requests_get_documented_errors() {
+    let node = start_node().await;
+    let app = app(&node).await;
+    let a = lease(&app, 5000).await;
+    let held = post(&app, "/v1/locks/held:acquire", json!({"lease_id": a})).await;
+    let token = held.body["token"].as_u64().unwrap();
+    let raw = |method: &str, uri: &str, body: &str| {
+        let request = match method {
+            "PUT" => TestRequest::put(),
+            "GET" => TestRequest::get(),
+            "DELETE" => TestRequest::delete(),
+            _ => TestRequest::post(),
+        };
+        request
+            .uri(uri)
+            .insert_header(("content-type", "application/json"))
+            .set_payload(body.to_owned())
+    };
+    let huge = format!("{{\"holder\": \"{}\"}}", "x".repeat(20_000));
+    let big_value = format!("{{\"value\": \"{}\"}}", "v".repeat(5_000));
+    let long_name = format!("/v1/locks/{}:acquire", "n".repeat(257));
+    let cases: Vec<(&str, String, String, u16, &str)> = vec![
+        ("POST", "/v1/leases".into(), "{not json".into(), 400, "invalid_body"),
+        ("POST", "/v1/leases".into(), "[1,2]".into(), 400, "invalid_body"),
+        ("POST", "/v1/leases".into(), r#"{"ttl_ms": "soon"}"#.into(), 400, "invalid_body"),
+        ("POST", "/v1/leases".into(), r#"{"ttl_ms": -5}"#.into(), 400, "invalid_body"),
+        ("POST", "/v1/leases".into(), r#"{"ttl_ms": 1e99}"#.into(), 400, "invalid_body"),
+        ("POST", "/v1/leases".into(), r#"{"ttl_ms": 5000, "color": "red"}"#.into(), 400, "invalid_body"),
+        ("POST", "/v1/leases".into(), r#"{"ttl_ms": 99999999999}"#.into(), 400, "invalid_ttl"),
+        ("POST", "/v1/leases".into(), r#"{"ttl_ms": 1}"#.into(), 400, "invalid_ttl"),
+        ("POST", "/v1/leases".into(), huge.clone(), 413, "body_too_large"),
+        ("POST", "/v1/locks/a:acquire".into(), huge, 413, "body_too_large"),
+        ("POST", "/v1/locks/bad%20name:acquire".into(), "{}".into(), 400, "invalid_name"),
+        ("POST", "/v1/locks/a%2F%2Fb:acquire".into(), "{}".into(), 400, "invalid_name"),
+        ("POST", "/v1/locks/%2Flead:acquire".into(), "{}".into(), 400, "invalid_name"),
+        ("POST", long_name, "{}".into(), 400, "invalid_name"),
+        ("POST", "/v1/locks/a:acquire".into(), r#"{"wait_ms": 99999999}"#.into(), 400, "invalid_wait"),
+        ("POST", "/v1/locks/a:acquire".into(), r#"{"ttl_ms": 10}"#.into(), 400, "invalid_ttl"),
+        ("POST", "/v1/locks/a:acquire".into(), r#"{"lease_id": "nope"}"#.into(), 404, "lease_not_found"),
+        ("POST", "/v1/locks/a:acquire".into(), r#"{"lease_id": 42}"#.into(), 400, "invalid_body"),
+        ("POST", "/v1/locks/a:acquire".into(), r#"{"holder": 7}"#.into(), 400, "invalid_body"),
+        ("POST", "/v1/locks/a:acquire".into(), r#"{"lock_delay_ms": 999999999}"#.into(), 400, "invalid_lock_delay"),
+        ("POST", "/v1/locks/held:release".into(), "".into(), 400, "invalid_body"),
+        ("POST", "/v1/locks/held:release".into(), format!(r#"{{"lease_id": "{a}", "token": {}}}"#, token - 1), 409, "lock_lost"),
+        ("POST", "/v1/locks/held:release".into(), format!(r#"{{"lease_id": "{a}"}}"#), 400, "invalid_body"),
+        ("POST", "/v1/locks/held:renew".into(), format!(r#"{{"lease_id": "{a}", "token": {}}}"#, token + 1), 409, "lock_lost"),
+        ("POST", "/v1/locks/held:validate".into(), r#"{"token": "x"}"#.into(), 400, "invalid_body"),
+        ("PUT", "/v1/names/n".into(), big_value, 413, "value_too_large"),
+        ("PUT", "/v1/names/n".into(), r#"{"lease_id": "zzzzzzzzzzzzzzzzzzzzzzzzzz", "value": 1}"#.into(), 404, "lease_not_found"),
+        ("PUT", "/v1/names/n".into(), r#"{}"#.into(), 400, "invalid_body"),
+        ("POST", "/v1/elections/e:campaign".into(), r#"{"candidate": "c"}"#.into(), 400, "invalid_body"),
+        ("POST", "/v1/elections/e:proclaim".into(), format!(r#"{{"lease_id": "{a}", "token": 1, "value": 1}}"#), 409, "not_leader"),
+        ("GET", "/v1/locks?limit=0".into(), "".into(), 400, "invalid_query"),
+        ("GET", "/v1/locks?limit=abc".into(), "".into(), 400, "invalid_query"),
+        ("GET", "/v1/locks?page_token=zz".into(), "".into(), 400, "invalid_query"),
+        ("GET", "/v1/locks?surprise=1".into(), "".into(), 400, "invalid_query"),
+        ("GET", "/v1/nothing-here".into(), "".into(), 404, "route_not_found"),
+        ("DELETE", "/v1/locks/held".into(), "".into(), 404, "route_not_found"),
+    ];
+    for (method, uri, body, status, code) in cases {
+        let reply = send(&app, raw(method, &uri, &body)).await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (status, code),
+            "{method} {uri} {}: {:?}",
+            &body.chars().take(80).collect::<String>(),
+            reply.body
+        );
+        assert_eq!(reply.header("content-type").as_deref(), Some("application/problem+json"), "{uri}");
+        assert_eq!(reply.body["status"].as_u64(), Some(u64::from(status)));
+        assert!(reply.body["type"].as_str().unwrap().ends_with(code));
+        assert!(reply.header("baton-revision").is_some());
+    }
+    // Still healthy, and nothing lost.
+    assert_eq!(get(&app, "/healthz").await.status, 200);
+    let lock = get(&app, "/v1/locks/held").await;
+    assert_eq!(lock.body["token"].as_u64(), Some(token));
+    assert_eq!(get(&app, "/v1/names/n").await.status, 404);
+}

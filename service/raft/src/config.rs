@@ -1,0 +1,57 @@
+//! What a node needs to know to start.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use baton_core::Limits;
+
+/// Settings of one Baton node.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// This node's Raft id.
+    pub node_id: u64,
+    /// Where RocksDB keeps the log, vote and snapshots.
+    pub data_dir: PathBuf,
+    /// The client API address others should use to reach this node (`http://host:port`).
+    pub api_addr: String,
+    /// The Raft peer address others should dial (`http://host:port`).
+    pub raft_addr: String,
+    /// Bounds stamped into every batch this node proposes as leader.
+    pub limits: Limits,
+    /// Most requests in one log entry.
+    pub max_batch: usize,
+    /// Log entries proposed but not yet applied, at most. While they are in flight,
+    /// new requests gather into the next batch: this is what makes one fsync serve
+    /// many requests.
+    pub max_in_flight: usize,
+    /// How often the leader's lease clock looks for expired leases.
+    pub lease_tick: Duration,
+    /// Raft heartbeat interval.
+    pub heartbeat: Duration,
+    /// Raft election timeout range (lower bound; the upper is twice it).
+    pub election_timeout: Duration,
+    /// Build a snapshot (and purge the log behind it) after this many entries.
+    pub snapshot_every: u64,
+    /// Shared secret that peers present on the Raft listener.
+    pub cluster_secret: Option<String>,
+}
+
+impl NodeConfig {
+    /// A single-node configuration with defaults, storing data in `data_dir`.
+    pub fn single(data_dir: PathBuf, api_addr: String) -> Self {
+        NodeConfig {
+            node_id: 1,
+            data_dir,
+            raft_addr: String::new(),
+            api_addr,
+            limits: Limits::default(),
+            max_batch: 1024,
+            max_in_flight: 2,
+            lease_tick: Duration::from_millis(100),
+            heartbeat: Duration::from_millis(100),
+            election_timeout: Duration::from_millis(1000),
+            snapshot_every: 20_000,
+            cluster_secret: None,
+        }
+    }
+}

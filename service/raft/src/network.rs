@@ -1,0 +1,127 @@
+//! The peer network: openraft RPCs as JSON over HTTP to each peer's Raft listener,
+//! on pooled keep-alive connections, authenticated by the cluster secret.
+
+use std::time::Duration;
+
+use baton_store::{BatonNode, TypeConfig};
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest,
+    InstallSnapshotResponse, VoteRequest, VoteResponse,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// Header carrying the cluster secret on peer requests.
+pub const CLUSTER_SECRET_HEADER: &str = "baton-cluster-secret";
+
+/// Creates one [`PeerClient`] per target; all share one connection pool.
+#[derive(Clone)]
+pub struct HttpNetwork {
+    client: reqwest::Client,
+    secret: Option<String>,
+}
+
+impl HttpNetwork {
+    /// A network whose requests carry `secret`.
+    pub fn new(secret: Option<String>) -> Self {
+        let client = reqwest::Client::builder()
+            .pool_idle_timeout(Duration::from_secs(90))
+            .tcp_nodelay(true)
+            .build()
+            .unwrap_or_default();
+        HttpNetwork { client, secret }
+    }
+}
+
+/// Sends RPCs to one peer.
+pub struct PeerClient {
+    client: reqwest::Client,
+    secret: Option<String>,
+    target: u64,
+    base: String,
+}
+
+impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: u64, node: &BatonNode) -> PeerClient {
+        PeerClient {
+            client: self.client.clone(),
+            secret: self.secret.clone(),
+            target,
+            base: node.raft_addr.trim_end_matches('/').to_owned(),
+        }
+    }
+}
+
+impl PeerClient {
+    async fn call<Req, Resp, E>(
+        &self,
+        path: &str,
+        request: &Req,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<u64, BatonNode, RaftError<u64, E>>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let mut builder = self
+            .client
+            .post(format!("{}/raft/{path}", self.base))
+            .timeout(option.hard_ttl())
+            .json(request);
+        if let Some(secret) = &self.secret {
+            builder = builder.header(CLUSTER_SECRET_HEADER, secret);
+        }
+        let response = builder.send().await.map_err(|error| {
+            if error.is_connect() || error.is_timeout() {
+                RPCError::Unreachable(Unreachable::new(&error))
+            } else {
+                RPCError::Network(NetworkError::new(&error))
+            }
+        })?;
+        if !response.status().is_success() {
+            let status = response.status();
+            let text = response.text().await.unwrap_or_default();
+            let error = std::io::Error::other(format!("peer {} answered {status}: {text}", self.target));
+            return Err(RPCError::Network(NetworkError::new(&error)));
+        }
+        let result: Result<Resp, RaftError<u64, E>> = response
+            .json()
+            .await
+            .map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
+        result.map_err(|error| RPCError::RemoteError(openraft::error::RemoteError::new(self.target, error)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BatonNode, RaftError<u64>>> {
+        self.call("append", &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<u64>,
+        RPCError<u64, BatonNode, RaftError<u64, InstallSnapshotError>>,
+    > {
+        self.call("snapshot", &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<u64>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<u64>, RPCError<u64, BatonNode, RaftError<u64>>> {
+        self.call("vote", &rpc, &option).await
+    }
+}

@@ -1,0 +1,185 @@
+//! Proposing a request that may queue, and waiting for its grant without polling.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_core::{Command, Outcome, Reply, Request, WaiterId};
+use tokio::sync::oneshot;
+
+use crate::error::RaftLayerError;
+use crate::node::Node;
+use crate::waiters::WaitEnd;
+
+/// What a queued request is waiting for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QueueKind {
+    /// A lock's queue.
+    Lock(String),
+    /// An election's candidate queue.
+    Election(String),
+}
+
+/// How a possibly-waiting request ended.
+#[derive(Debug)]
+pub enum Waited {
+    /// The command answered without queueing (granted at once, or refused).
+    Immediate(Outcome),
+    /// It queued, and its wait ended: granted, elected, or its lease went.
+    Ended(WaitEnd),
+    /// It queued and the wait timed out; it has left the queue.
+    TimedOut,
+}
+
+/// Cleans up after a request that stops waiting for any reason other than a
+/// normal end: its place in the queue is dropped, and a grant that raced with
+/// the abandonment is handed back.
+struct AbandonGuard {
+    node: Arc<Node>,
+    kind: QueueKind,
+    waiter: WaiterId,
+    rx: Option<oneshot::Receiver<WaitEnd>>,
+    armed: bool,
+}
+
+impl AbandonGuard {
+    fn disarm(&mut self) {
+        self.armed = false;
+        self.node.waiters().forget(self.waiter);
+    }
+}
+
+impl Drop for AbandonGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let node = self.node.clone();
+        let kind = self.kind.clone();
+        let waiter = self.waiter;
+        let rx = self.rx.take();
+        // Drop cannot await: the clean-up runs as its own task.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let granted = cancel(&node, &kind, waiter, rx).await;
+                node.waiters().forget(waiter);
+                if let Some(end) = granted {
+                    hand_back(&node, &kind, end).await;
+                }
+            });
+        }
+    }
+}
+
+/// Proposes a cancel; if the waiter was no longer queued, returns how its wait
+/// ended (a grant that raced with the cancel).
+async fn cancel(
+    node: &Node,
+    kind: &QueueKind,
+    waiter: WaiterId,
+    rx: Option<oneshot::Receiver<WaitEnd>>,
+) -> Option<WaitEnd> {
+    let command = match kind {
+        QueueKind::Lock(name) => Command::CancelWait {
+            name: name.clone(),
+            waiter,
+        },
+        QueueKind::Election(name) => Command::CancelCampaign {
+            name: name.clone(),
+            waiter,
+        },
+    };
+    let outcome = node.propose(Request::plain(command)).await;
+    match outcome {
+        Ok(Outcome {
+            result: Ok(Reply::WaitCancelled),
+            ..
+        }) => None,
+        // Not queued any more: the grant (or end) was applied before the cancel,
+        // so the apply path has already delivered it.
+        _ => rx.and_then(|mut rx| rx.try_recv().ok()),
+    }
+}
+
+/// Gives back a grant nobody will use.
+async fn hand_back(node: &Node, kind: &QueueKind, end: WaitEnd) {
+    let command = match (kind, end) {
+        (QueueKind::Lock(name), WaitEnd::Granted(grant)) => Command::Release {
+            name: name.clone(),
+            lease_id: grant.lease_id,
+            token: grant.token,
+        },
+        (QueueKind::Election(name), WaitEnd::Elected(grant, _)) => Command::Resign {
+            name: name.clone(),
+            lease_id: grant.lease_id,
+            token: grant.token,
+        },
+        _ => return,
+    };
+    if let Err(error) = node.propose(Request::plain(command)).await {
+        tracing::warn!(%error, "could not hand back an abandoned grant; its lease will expire");
+    }
+}
+
+impl Node {
+    /// Proposes `request` (an acquire or campaign carrying `waiter`) and, if it
+    /// queues, waits up to `wait` for the grant. If the caller's future is dropped
+    /// (client disconnected), the wait is cancelled through the log.
+    pub async fn propose_and_wait(
+        self: &Arc<Self>,
+        request: Request,
+        kind: QueueKind,
+        waiter: WaiterId,
+        wait: Duration,
+    ) -> Result<Waited, RaftLayerError> {
+        let rx = self.waiters().register(waiter);
+        let mut guard = AbandonGuard {
+            node: self.clone(),
+            kind: kind.clone(),
+            waiter,
+            rx: Some(rx),
+            armed: true,
+        };
+        let outcome = self.propose(request).await?;
+        let queued_as = match &outcome.result {
+            Ok(Reply::LockQueued { waiter, .. }) | Ok(Reply::CampaignQueued { waiter, .. }) => {
+                Some(*waiter)
+            }
+            _ => None,
+        };
+        match queued_as {
+            Some(queued) if queued == waiter => {}
+            Some(_) | None => {
+                // Answered at once, or this lease already waits under another
+                // request's id (that request keeps its place).
+                guard.disarm();
+                return Ok(Waited::Immediate(outcome));
+            }
+        }
+        let ended = {
+            let Some(rx) = guard.rx.as_mut() else {
+                guard.disarm();
+                return Ok(Waited::TimedOut);
+            };
+            tokio::time::timeout(wait, rx).await
+        };
+        match ended {
+            Ok(Ok(end)) => {
+                guard.disarm();
+                Ok(Waited::Ended(end))
+            }
+            Ok(Err(_)) => {
+                guard.disarm();
+                Err(RaftLayerError::unavailable("the wait was interrupted"))
+            }
+            Err(_) => {
+                let rx = guard.rx.take();
+                let raced = cancel(self, &kind, waiter, rx).await;
+                guard.disarm();
+                Ok(match raced {
+                    Some(end) => Waited::Ended(end),
+                    None => Waited::TimedOut,
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! The real `baton` binary: kill -9 loses no acknowledged grant, a restart
+//! continues the revision upward, SIGTERM stops it cleanly.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+struct Server {
+    child: Child,
+    base: String,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn start(data_dir: &Path, port: u16) -> Server {
+    let child = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("BATON_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let server = Server {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(response) = client.get(format!("{}/readyz", server.base)).send().await {
+            if response.status().is_success() {
+                return server;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("baton did not become ready");
+}
+
+async fn call(client: &reqwest::Client, method: reqwest::Method, url: String, body: Value) -> (u16, Value) {
+    let response = client.request(method, url).json(&body).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn kill_9_loses_no_acknowledged_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let client = reqwest::Client::new();
+    let mut server = start(dir.path(), port).await;
+    let base = server.base.clone();
+    let (status, lease) = call(&client, reqwest::Method::POST, format!("{base}/v1/leases"), json!({"ttl_ms": 120000, "holder": "crash-test"})).await;
+    assert_eq!(status, 201);
+    let lease_id = lease["lease_id"].as_str().unwrap().to_owned();
+
+    // A few hundred grants, concurrently so that batches carry many of them.
+    let mut tasks = Vec::new();
+    for i in 0..300 {
+        let client = client.clone();
+        let base = base.clone();
+        let lease_id = lease_id.clone();
+        tasks.push(tokio::spawn(async move {
+            let name = format!("jobs/{i}");
+            let (status, body) = call(&client, reqwest::Method::POST, format!("{base}/v1/locks/{name}:acquire"), json!({"lease_id": lease_id})).await;
+            assert_eq!(status, 200, "{body}");
+            (name, body["token"].as_u64().unwrap())
+        }));
+    }
+    let mut grants = Vec::new();
+    for task in tasks {
+        grants.push(task.await.unwrap());
+    }
+    for i in 0..50 {
+        let (status, _) = call(&client, reqwest::Method::PUT, format!("{base}/v1/names/svc/{i}"), json!({"lease_id": lease_id, "value": {"i": i}})).await;
+        assert_eq!(status, 201);
+    }
+    let before: u64 = client.get(format!("{base}/v1/cluster")).send().await.unwrap().json::<Value>().await.unwrap()["applied_revision"].as_u64().unwrap();
+
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+
+    let mut server = start(dir.path(), port).await;
+    let after: u64 = client.get(format!("{base}/v1/cluster")).send().await.unwrap().json::<Value>().await.unwrap()["applied_revision"].as_u64().unwrap();
+    assert!(after >= before, "revision went back from {before} to {after}");
+    for (name, token) in &grants {
+        let lock: Value = client.get(format!("{base}/v1/locks/{name}")).send().await.unwrap().json().await.unwrap();
+        assert_eq!(lock["token"].as_u64(), Some(*token), "{name} lost its grant: {lock}");
+    }
+    for i in 0..50 {
+        let name: Value = client.get(format!("{base}/v1/names/svc/{i}")).send().await.unwrap().json().await.unwrap();
+        assert_eq!(name["value"], json!({"i": i}));
+    }
+    // The lease survived (its TTL restarted in full) and new tokens are larger.
+    let (status, _) = call(&client, reqwest::Method::POST, format!("{base}/v1/leases/{lease_id}:keepalive"), Value::Null).await;
+    assert_eq!(status, 200);
+    let (status, fresh) = call(&client, reqwest::Method::POST, format!("{base}/v1/locks/after-restart:acquire"), json!({"lease_id": lease_id})).await;
+    assert_eq!(status, 200);
+    let max_old = grants.iter().map(|(_, t)| *t).max().unwrap();
+    assert!(fresh["token"].as_u64().unwrap() > max_old.max(before));
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_server_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = start(dir.path(), free_port()).await;
+    let status = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(exit) = server.child.try_wait().unwrap() {
+            assert!(exit.success(), "exit status {exit}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "baton did not stop on SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
