@@ -1,5 +1,5 @@
 //! The HTTP API, end to end in process: every endpoint's success and error paths.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, missing_docs)]
 
 mod support;
 
@@ -140,10 +140,10 @@ async fn waiters_are_granted_in_arrival_order_with_increasing_tokens() {
     let waiters: Vec<String> = [lease(&*app, 5000).await, lease(&*app, 5000).await].into();
     let mut pending = Vec::new();
     for w in &waiters {
-        let app = app.clone();
+        let task_app = app.clone();
         let w = w.clone();
         pending.push(actix_web::rt::spawn(async move {
-            post(&*app, "/v1/locks/q:acquire", json!({"lease_id": w, "wait_ms": 20000})).await
+            post(&*task_app, "/v1/locks/q:acquire", json!({"lease_id": w, "wait_ms": 20000})).await
         }));
         // Let the first waiter be queued before the second arrives.
         wait_for(|| async { get(&*app, "/v1/locks/q").await.body["waiters"].as_u64() == Some(pending.len() as u64) }).await;

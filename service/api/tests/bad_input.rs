@@ -1,6 +1,6 @@
 //! Bad input: every malformed request gets its documented 4xx and code, as
 //! problem+json, and the server stays healthy.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, missing_docs)]
 
 mod support;
 

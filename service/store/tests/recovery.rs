@@ -81,7 +81,7 @@ async fn vote_log_snapshot_and_state_survive_a_restart() {
     // committed entries after the snapshot (6 and 7).
     let shared = sm.shared();
     let state = StorageHelper::new(&mut log, &mut sm).get_initial_state().await.unwrap();
-    assert_eq!(state.committed(), Some(&log_id(2, 7)));
+    assert_eq!(state.committed.as_ref(), Some(&log_id(2, 7)));
     assert_eq!(shared.applied_index(), Some(7));
     assert_eq!(shared.read().machine.revision(), final_revision);
     assert_eq!(*shared.subscribe_applied().borrow(), final_revision);
