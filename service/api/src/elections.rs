@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use crate::disconnect::client_gone;
 use crate::error::{ApiError, Problem};
 use crate::locks::checked_wait;
 use crate::request::{
@@ -184,10 +185,17 @@ pub async fn campaign(
     let waited = match waiter {
         None => Waited::Immediate(state.node.propose(request).await?),
         Some(waiter) => {
-            state
-                .node
-                .propose_and_wait(request, QueueKind::Election(name.clone()), waiter, Duration::from_millis(wait_ms))
-                .await?
+            let wait = state.node.propose_and_wait(
+                request,
+                QueueKind::Election(name.clone()),
+                waiter,
+                Duration::from_millis(wait_ms),
+            );
+            // A client that goes away drops the wait, which leaves the queue.
+            tokio::select! {
+                waited = wait => waited?,
+                () = client_gone(&http) => return Err(ApiError::ClientGone),
+            }
         }
     };
     match waited {

@@ -60,6 +60,9 @@ pub enum ApiError {
     /// No election leader.
     #[error("the election has no leader")]
     NoLeader,
+    /// The client closed its connection while its request waited.
+    #[error("the client went away")]
+    ClientGone,
     /// No route for this path.
     #[error("no such endpoint: {0}")]
     RouteNotFound(String),
@@ -97,6 +100,12 @@ impl ApiError {
             ApiError::InvalidWait { .. } => map(StatusCode::BAD_REQUEST, "invalid_wait", "Invalid wait"),
             ApiError::NoLeader => map(StatusCode::NOT_FOUND, "no_leader", "No leader"),
             ApiError::RouteNotFound(_) => map(StatusCode::NOT_FOUND, "route_not_found", "No such endpoint"),
+            // Nobody reads this answer; 499 is the conventional log entry for it.
+            ApiError::ClientGone => map(
+                StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+                "client_closed_request",
+                "Client closed request",
+            ),
             ApiError::Core(core) => match core {
                 C::InvalidName { .. } => map(StatusCode::BAD_REQUEST, "invalid_name", "Invalid name"),
                 C::InvalidTtl { .. } => map(StatusCode::BAD_REQUEST, "invalid_ttl", "Invalid TTL"),

@@ -5,6 +5,7 @@
 //! `application/problem+json` errors from one table ([`error::ApiError`]).
 
 pub mod cluster;
+mod disconnect;
 mod docs;
 pub mod elections;
 pub mod error;
@@ -17,6 +18,7 @@ pub mod respond;
 mod routes;
 mod state;
 
+pub use disconnect::on_connect;
 pub use openapi::{openapi_json, ApiDoc};
 pub use routes::configure;
 pub use state::{ApiSettings, ApiState};

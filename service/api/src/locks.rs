@@ -9,6 +9,7 @@ use baton_raft::{Node, QueueKind, WaitEnd, Waited};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::disconnect::client_gone;
 use crate::error::{ApiError, Problem};
 use crate::request::{
     read_body,
@@ -214,10 +215,17 @@ pub async fn acquire(
     let waited = match waiter {
         None => Waited::Immediate(state.node.propose(request).await?),
         Some(waiter) => {
-            state
-                .node
-                .propose_and_wait(request, QueueKind::Lock(name.clone()), waiter, Duration::from_millis(wait_ms))
-                .await?
+            let wait = state.node.propose_and_wait(
+                request,
+                QueueKind::Lock(name.clone()),
+                waiter,
+                Duration::from_millis(wait_ms),
+            );
+            // A client that goes away drops the wait, which leaves the queue.
+            tokio::select! {
+                waited = wait => waited?,
+                () = client_gone(&http) => return Err(ApiError::ClientGone),
+            }
         }
     };
     match waited {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use actix_web::{App, HttpServer};
 use anyhow::Context;
-use baton_api::{configure, openapi_json, ApiSettings, ApiState};
+use baton_api::{configure, on_connect, openapi_json, ApiSettings, ApiState};
 use baton_raft::Node;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
@@ -61,6 +61,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .http_workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
     let server = HttpServer::new(move || App::new().configure(configure(state.clone())))
+        .on_connect(on_connect)
         .workers(workers)
         .shutdown_timeout(args.shutdown_timeout_s)
         .bind(&args.listen)

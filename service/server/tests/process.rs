@@ -132,3 +132,41 @@ async fn sigterm_stops_the_server_cleanly() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn a_client_that_hangs_up_while_waiting_leaves_the_queue() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut server = start(dir.path(), port).await;
+    let base = server.base.clone();
+    let client = reqwest::Client::new();
+    let (status, _) = call(&client, reqwest::Method::POST, format!("{base}/v1/locks/busy:acquire"), json!({"ttl_ms": 60000})).await;
+    assert_eq!(status, 200);
+
+    let body = r#"{"wait_ms": 60000, "ttl_ms": 60000}"#;
+    let mut socket = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        socket,
+        "POST /v1/locks/busy:acquire HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let waiters = |client: reqwest::Client, base: String| async move {
+        let lock: Value = client.get(format!("{base}/v1/locks/busy")).send().await.unwrap().json().await.unwrap();
+        lock["waiters"].as_u64().unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while waiters(client.clone(), base.clone()).await != 1 {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(socket);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while waiters(client.clone(), base.clone()).await != 0 {
+        assert!(Instant::now() < deadline, "the waiter stayed queued after its client hung up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+}

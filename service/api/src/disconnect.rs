@@ -1,0 +1,51 @@
+//! Noticing that a client went away while its request waits.
+//!
+//! actix-web keeps running a handler after the client closed its connection, so
+//! a request waiting for a lock would hold its place in the queue until
+//! `wait_ms` ran out. Each connection's socket is duplicated when it is accepted;
+//! a waiting handler watches its duplicate and gives up (which cancels its wait
+//! through the log) as soon as the peer closes.
+
+use std::any::Any;
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::Duration;
+
+use actix_web::dev::Extensions;
+use actix_web::HttpRequest;
+
+/// A duplicate of the connection's socket, stored in the connection's data.
+pub struct PeerSocket(OwnedFd);
+
+/// `HttpServer::on_connect` hook: remembers each TCP connection's socket.
+pub fn on_connect(connection: &dyn Any, data: &mut Extensions) {
+    if let Some(stream) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
+        if let Ok(fd) = stream.as_fd().try_clone_to_owned() {
+            data.insert(PeerSocket(fd));
+        }
+    }
+}
+
+/// Resolves when the request's client has closed its connection; never resolves
+/// when that cannot be known (no socket recorded, e.g. in-process tests).
+pub async fn client_gone(request: &HttpRequest) {
+    let stream = request
+        .conn_data::<PeerSocket>()
+        .and_then(|socket| socket.0.try_clone().ok())
+        .map(std::net::TcpStream::from)
+        .and_then(|stream| tokio::net::TcpStream::from_std(stream).ok());
+    let Some(stream) = stream else {
+        return std::future::pending().await;
+    };
+    let mut buffer = [0u8; 1];
+    loop {
+        match stream.peek(&mut buffer).await {
+            // End of stream: the client closed its side.
+            Ok(0) => return,
+            // Bytes of a pipelined request are waiting; they are actix's to read.
+            // Look again a little later rather than spin on them.
+            Ok(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
