@@ -72,17 +72,41 @@ async fn post(client: &reqwest::Client, url: &str, body: &Value) -> anyhow::Resu
     Ok(body)
 }
 
-async fn lock_cycle(client: reqwest::Client, base: String, id: usize, until: Instant, histogram: Arc<Mutex<Histogram<u64>>>) -> anyhow::Result<(u64, u64)> {
-    let lease = post(&client, &format!("{base}/v1/leases"), &json!({"ttl_ms": 60000, "holder": format!("loadtest-{id}")})).await?;
-    let lease_id = lease["lease_id"].as_str().context("no lease_id")?.to_owned();
+async fn lock_cycle(
+    client: reqwest::Client,
+    base: String,
+    id: usize,
+    until: Instant,
+    histogram: Arc<Mutex<Histogram<u64>>>,
+) -> anyhow::Result<(u64, u64)> {
+    let lease = post(
+        &client,
+        &format!("{base}/v1/leases"),
+        &json!({"ttl_ms": 60000, "holder": format!("loadtest-{id}")}),
+    )
+    .await?;
+    let lease_id = lease["lease_id"]
+        .as_str()
+        .context("no lease_id")?
+        .to_owned();
     let (mut ok, mut errors) = (0u64, 0u64);
     let mut local = Histogram::<u64>::new(3)?;
     while Instant::now() < until {
         let started = Instant::now();
         let result = async {
-            let grant = post(&client, &format!("{base}/v1/locks/loadtest/{id}:acquire"), &json!({"lease_id": lease_id})).await?;
+            let grant = post(
+                &client,
+                &format!("{base}/v1/locks/loadtest/{id}:acquire"),
+                &json!({"lease_id": lease_id}),
+            )
+            .await?;
             let token = grant["token"].as_u64().context("no token")?;
-            post(&client, &format!("{base}/v1/locks/loadtest/{id}:release"), &json!({"lease_id": lease_id, "token": token})).await
+            post(
+                &client,
+                &format!("{base}/v1/locks/loadtest/{id}:release"),
+                &json!({"lease_id": lease_id, "token": token}),
+            )
+            .await
         }
         .await;
         match result {
@@ -100,7 +124,9 @@ async fn lock_cycle(client: reqwest::Client, base: String, id: usize, until: Ins
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let client = reqwest::Client::builder().pool_max_idle_per_host(args.clients).build()?;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.clients)
+        .build()?;
     let base = args.target.trim_end_matches('/').to_owned();
     let histogram = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
     let started = Instant::now();

@@ -49,7 +49,7 @@ pub struct Health {
 }
 
 /// The cluster: members, leader, term, applied revision.
-#[utoipa::path(get, path = "/v1/cluster", tag = "cluster", responses((status = 200, body = ClusterInfo)))]
+#[utoipa::path(get, operation_id = "get_cluster", path = "/v1/cluster", tag = "cluster", responses((status = 200, body = ClusterInfo)))]
 pub async fn cluster(state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
     let status = state.node.cluster();
     let commit_index = state.node.commit_index().await;
@@ -61,7 +61,12 @@ pub async fn cluster(state: web::Data<ApiState>) -> Result<HttpResponse, ApiErro
         members: status
             .members
             .into_iter()
-            .map(|m| MemberInfo { id: m.id, api_addr: m.api_addr, raft_addr: m.raft_addr, voter: m.voter })
+            .map(|m| MemberInfo {
+                id: m.id,
+                api_addr: m.api_addr,
+                raft_addr: m.raft_addr,
+                voter: m.voter,
+            })
             .collect(),
         applied_revision: status.applied_revision,
         commit_index,
@@ -70,45 +75,85 @@ pub async fn cluster(state: web::Data<ApiState>) -> Result<HttpResponse, ApiErro
 }
 
 /// The process is alive.
-#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, body = Health)))]
+#[utoipa::path(get, operation_id = "healthz", path = "/healthz", tag = "health", responses((status = 200, body = Health)))]
 pub async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(Health { status: "ok".into() })
+    HttpResponse::Ok().json(Health {
+        status: "ok".into(),
+    })
 }
 
 /// The node knows a leader and has applied everything committed.
-#[utoipa::path(get, path = "/readyz", tag = "health",
+#[utoipa::path(get, operation_id = "readyz", path = "/readyz", tag = "health",
     responses((status = 200, body = Health), (status = 503, body = Health)))]
 pub async fn readyz(state: web::Data<ApiState>) -> HttpResponse {
     if state.node.is_ready().await {
-        HttpResponse::Ok().json(Health { status: "ok".into() })
+        HttpResponse::Ok().json(Health {
+            status: "ok".into(),
+        })
     } else {
         HttpResponse::build(StatusCode::SERVICE_UNAVAILABLE)
             .insert_header(("retry-after", "1"))
-            .json(Health { status: "not_ready".into() })
+            .json(Health {
+                status: "not_ready".into(),
+            })
     }
 }
 
 /// Prometheus text exposition of the node's gauges.
-#[utoipa::path(get, path = "/metrics", tag = "health",
+#[utoipa::path(get, operation_id = "metrics", path = "/metrics", tag = "health",
     responses((status = 200, content_type = "text/plain; version=0.0.4", body = String)))]
 pub async fn metrics(state: web::Data<ApiState>) -> HttpResponse {
     let status = state.node.cluster();
     let counts = state.node.read(|sm| sm.counts());
     let lines = [
-        ("baton_applied_revision", "Revision applied on this node.", status.applied_revision as f64),
+        (
+            "baton_applied_revision",
+            "Revision applied on this node.",
+            status.applied_revision as f64,
+        ),
         ("baton_raft_term", "Current Raft term.", status.term as f64),
-        ("baton_raft_applied_index", "Last applied Raft log index.", status.applied_index as f64),
-        ("baton_raft_is_leader", "1 when this node is the Raft leader.", f64::from(u8::from(state.node.is_leader()))),
+        (
+            "baton_raft_applied_index",
+            "Last applied Raft log index.",
+            status.applied_index as f64,
+        ),
+        (
+            "baton_raft_is_leader",
+            "1 when this node is the Raft leader.",
+            f64::from(u8::from(state.node.is_leader())),
+        ),
         ("baton_leases", "Live leases.", counts.leases as f64),
-        ("baton_locks_held", "Locks currently held.", counts.held_locks as f64),
-        ("baton_lock_waiters", "Requests queued on locks.", counts.lock_waiters as f64),
-        ("baton_elections_led", "Elections with a leader.", counts.elections as f64),
-        ("baton_names_registered", "Registered names.", counts.names as f64),
-        ("baton_waiting_requests", "HTTP requests waiting for a queued grant on this node.", state.node.waiters().len() as f64),
+        (
+            "baton_locks_held",
+            "Locks currently held.",
+            counts.held_locks as f64,
+        ),
+        (
+            "baton_lock_waiters",
+            "Requests queued on locks.",
+            counts.lock_waiters as f64,
+        ),
+        (
+            "baton_elections_led",
+            "Elections with a leader.",
+            counts.elections as f64,
+        ),
+        (
+            "baton_names_registered",
+            "Registered names.",
+            counts.names as f64,
+        ),
+        (
+            "baton_waiting_requests",
+            "HTTP requests waiting for a queued grant on this node.",
+            state.node.waiters().len() as f64,
+        ),
     ];
     let mut text = String::new();
     for (name, help, value) in lines {
-        text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"));
+        text.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"
+        ));
     }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")

@@ -14,7 +14,9 @@ use crate::disconnect::client_gone;
 use crate::error::{ApiError, Problem};
 use crate::locks::checked_wait;
 use crate::request::{
-    read_body,checked_name, idempotency_key, parse_lease_id, parse_required_body, settle_read, ReadQuery};
+    checked_name, idempotency_key, parse_lease_id, parse_required_body, read_body, settle_read,
+    ReadQuery,
+};
 use crate::respond::{applied, propose, unexpected, Answer};
 use crate::state::ApiState;
 
@@ -144,7 +146,7 @@ fn not_elected(state: &ApiState, name: &str) -> ApiError {
 }
 
 /// Campaign for leadership; candidates are elected in arrival order.
-#[utoipa::path(post, path = "/v1/elections/{name}:campaign", tag = "elections",
+#[utoipa::path(post, operation_id = "campaign", path = "/v1/elections/{name}:campaign", tag = "elections",
     params(("name" = String, Path),
         ("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe")),
     request_body = CampaignBody,
@@ -216,7 +218,7 @@ pub async fn campaign(
 }
 
 /// Publish a new value as the current leader.
-#[utoipa::path(post, path = "/v1/elections/{name}:proclaim", tag = "elections",
+#[utoipa::path(post, operation_id = "proclaim", path = "/v1/elections/{name}:proclaim", tag = "elections",
     params(("name" = String, Path)),
     request_body = ProclaimBody,
     responses(
@@ -234,18 +236,31 @@ pub async fn proclaim(
     let name = checked_name(&path)?;
     let input: ProclaimBody = parse_required_body(&body)?;
     let lease_id = parse_lease_id(&input.lease_id)?;
-    let command = Command::Proclaim { name, lease_id, token: input.token, value: input.value.to_string() };
+    let command = Command::Proclaim {
+        name,
+        lease_id,
+        token: input.token,
+        value: input.value.to_string(),
+    };
     let done = applied(propose(&state, &http, &body, command).await?)?;
     let Reply::Proclaimed { name, token, value } = done.reply else {
         return Err(unexpected(&done.reply));
     };
-    let mut answer = Answer::ok(Proclaimed { name, token, value: json_value(&value), revision: done.revision }, done.revision);
+    let mut answer = Answer::ok(
+        Proclaimed {
+            name,
+            token,
+            value: json_value(&value),
+            revision: done.revision,
+        },
+        done.revision,
+    );
     answer.replayed = done.replayed;
     Ok(answer.into_response())
 }
 
 /// Step down; the next candidate in line is elected.
-#[utoipa::path(post, path = "/v1/elections/{name}:resign", tag = "elections",
+#[utoipa::path(post, operation_id = "resign", path = "/v1/elections/{name}:resign", tag = "elections",
     params(("name" = String, Path)),
     request_body = ResignBody,
     responses(
@@ -263,7 +278,11 @@ pub async fn resign(
     let name = checked_name(&path)?;
     let input: ResignBody = parse_required_body(&body)?;
     let lease_id = parse_lease_id(&input.lease_id)?;
-    let command = Command::Resign { name, lease_id, token: input.token };
+    let command = Command::Resign {
+        name,
+        lease_id,
+        token: input.token,
+    };
     let done = applied(propose(&state, &http, &body, command).await?)?;
     if !matches!(done.reply, Reply::Resigned) {
         return Err(unexpected(&done.reply));
@@ -274,7 +293,7 @@ pub async fn resign(
 }
 
 /// The current leader and its value.
-#[utoipa::path(get, path = "/v1/elections/{name}", tag = "elections",
+#[utoipa::path(get, operation_id = "get_election", path = "/v1/elections/{name}", tag = "elections",
     params(("name" = String, Path), ReadQuery),
     responses(
         (status = 200, body = ElectionInfo),

@@ -93,13 +93,33 @@ impl ApiError {
     fn mapping(&self) -> Mapping {
         use CoreError as C;
         match self {
-            ApiError::InvalidBody(_) => map(StatusCode::BAD_REQUEST, "invalid_body", "Invalid request body"),
-            ApiError::BodyTooLarge(_) => map(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", "Request body too large"),
-            ApiError::InvalidQuery(_) => map(StatusCode::BAD_REQUEST, "invalid_query", "Invalid query parameter"),
-            ApiError::InvalidIdempotencyKey => map(StatusCode::BAD_REQUEST, "invalid_idempotency_key", "Invalid Idempotency-Key"),
-            ApiError::InvalidWait { .. } => map(StatusCode::BAD_REQUEST, "invalid_wait", "Invalid wait"),
+            ApiError::InvalidBody(_) => map(
+                StatusCode::BAD_REQUEST,
+                "invalid_body",
+                "Invalid request body",
+            ),
+            ApiError::BodyTooLarge(_) => map(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                "Request body too large",
+            ),
+            ApiError::InvalidQuery(_) => map(
+                StatusCode::BAD_REQUEST,
+                "invalid_query",
+                "Invalid query parameter",
+            ),
+            ApiError::InvalidIdempotencyKey => map(
+                StatusCode::BAD_REQUEST,
+                "invalid_idempotency_key",
+                "Invalid Idempotency-Key",
+            ),
+            ApiError::InvalidWait { .. } => {
+                map(StatusCode::BAD_REQUEST, "invalid_wait", "Invalid wait")
+            }
             ApiError::NoLeader => map(StatusCode::NOT_FOUND, "no_leader", "No leader"),
-            ApiError::RouteNotFound(_) => map(StatusCode::NOT_FOUND, "route_not_found", "No such endpoint"),
+            ApiError::RouteNotFound(_) => {
+                map(StatusCode::NOT_FOUND, "route_not_found", "No such endpoint")
+            }
             // Nobody reads this answer; 499 is the conventional log entry for it.
             ApiError::ClientGone => map(
                 StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
@@ -107,12 +127,26 @@ impl ApiError {
                 "Client closed request",
             ),
             ApiError::Core(core) => match core {
-                C::InvalidName { .. } => map(StatusCode::BAD_REQUEST, "invalid_name", "Invalid name"),
+                C::InvalidName { .. } => {
+                    map(StatusCode::BAD_REQUEST, "invalid_name", "Invalid name")
+                }
                 C::InvalidTtl { .. } => map(StatusCode::BAD_REQUEST, "invalid_ttl", "Invalid TTL"),
-                C::InvalidLockDelay { .. } => map(StatusCode::BAD_REQUEST, "invalid_lock_delay", "Invalid lock delay"),
-                C::ValueTooLarge { .. } => map(StatusCode::PAYLOAD_TOO_LARGE, "value_too_large", "Value too large"),
-                C::HolderTooLong { .. } => map(StatusCode::BAD_REQUEST, "invalid_holder", "Invalid holder"),
-                C::LeaseNotFound => map(StatusCode::NOT_FOUND, "lease_not_found", "Lease not found"),
+                C::InvalidLockDelay { .. } => map(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_lock_delay",
+                    "Invalid lock delay",
+                ),
+                C::ValueTooLarge { .. } => map(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "value_too_large",
+                    "Value too large",
+                ),
+                C::HolderTooLong { .. } => {
+                    map(StatusCode::BAD_REQUEST, "invalid_holder", "Invalid holder")
+                }
+                C::LeaseNotFound => {
+                    map(StatusCode::NOT_FOUND, "lease_not_found", "Lease not found")
+                }
                 // 128 random bits collided: a retry draws new ones.
                 C::LeaseExists => map(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Retry"),
                 C::LockHeld { .. } => map(StatusCode::CONFLICT, "lock_held", "Lock is held"),
@@ -123,14 +157,28 @@ impl ApiError {
                 C::NotOwner => map(StatusCode::CONFLICT, "not_owner", "Not the owner"),
                 C::NotFound => map(StatusCode::NOT_FOUND, "not_found", "Not found"),
                 C::WaiterNotFound => map(StatusCode::CONFLICT, "lock_held", "Wait ended"),
-                C::QuotaExceeded { .. } => map(StatusCode::TOO_MANY_REQUESTS, "quota_exceeded", "Quota exceeded"),
-                C::IdempotencyKeyReused => map(StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused", "Idempotency key reused"),
+                C::QuotaExceeded { .. } => map(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "quota_exceeded",
+                    "Quota exceeded",
+                ),
+                C::IdempotencyKeyReused => map(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "idempotency_key_reused",
+                    "Idempotency key reused",
+                ),
             },
             ApiError::Raft(raft) => match raft {
-                RaftLayerError::NotLeader { .. } | RaftLayerError::Unavailable { .. } => {
-                    map(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Unavailable")
-                }
-                RaftLayerError::RevisionNotReached { .. } => map(StatusCode::GATEWAY_TIMEOUT, "revision_not_reached", "Revision not reached"),
+                RaftLayerError::NotLeader { .. } | RaftLayerError::Unavailable { .. } => map(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "Unavailable",
+                ),
+                RaftLayerError::RevisionNotReached { .. } => map(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "revision_not_reached",
+                    "Revision not reached",
+                ),
             },
         }
     }
@@ -169,9 +217,8 @@ impl ApiError {
     fn retry_after(&self) -> Option<Duration> {
         match self {
             ApiError::Raft(RaftLayerError::Unavailable { retry_after, .. }) => Some(*retry_after),
-            ApiError::Raft(RaftLayerError::NotLeader { .. }) | ApiError::Core(CoreError::LeaseExists) => {
-                Some(Duration::from_secs(1))
-            }
+            ApiError::Raft(RaftLayerError::NotLeader { .. })
+            | ApiError::Core(CoreError::LeaseExists) => Some(Duration::from_secs(1)),
             _ => None,
         }
     }
@@ -190,14 +237,20 @@ impl ResponseError for ApiError {
     fn error_response(&self) -> HttpResponse {
         let mapping = self.mapping();
         let mut body = Map::new();
-        body.insert("type".into(), json!(format!("https://baton.dev/errors/{}", mapping.code)));
+        body.insert(
+            "type".into(),
+            json!(format!("https://baton.dev/errors/{}", mapping.code)),
+        );
         body.insert("title".into(), json!(mapping.title));
         body.insert("status".into(), json!(mapping.status.as_u16()));
         body.insert("detail".into(), json!(self.to_string()));
         body.insert("code".into(), json!(mapping.code));
         body.extend(self.extra());
         let mut response = HttpResponse::build(mapping.status);
-        response.insert_header((header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json")));
+        response.insert_header((
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        ));
         if let Some(after) = self.retry_after() {
             response.insert_header((header::RETRY_AFTER, after.as_secs().max(1).to_string()));
         }

@@ -8,8 +8,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, Problem};
-use crate::request::{
-    read_body,parse_body, parse_lease_id};
+use crate::request::{parse_body, parse_lease_id, read_body};
 use crate::respond::{applied, propose, unexpected, Answer};
 use crate::state::ApiState;
 
@@ -85,14 +84,17 @@ pub struct LeaseRevoked {
 }
 
 /// Create a lease.
-#[utoipa::path(post, path = "/v1/leases", tag = "leases",
+#[utoipa::path(post, operation_id = "create_lease", path = "/v1/leases", tag = "leases",
     request_body(content = Option<CreateLeaseBody>, description = "Optional; both fields optional"),
     params(("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe")),
     responses(
         (status = 201, body = LeaseCreated),
         (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_ttl, invalid_body"),
     ))]
-pub async fn create(state: web::Data<ApiState>, http: HttpRequest, payload: web::Payload,
+pub async fn create(
+    state: web::Data<ApiState>,
+    http: HttpRequest,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(payload).await?;
     let input: CreateLeaseBody = parse_body(&body)?;
@@ -102,11 +104,21 @@ pub async fn create(state: web::Data<ApiState>, http: HttpRequest, payload: web:
         holder: input.holder.unwrap_or_default(),
     };
     let done = applied(propose(&state, &http, &body, command).await?)?;
-    let Reply::LeaseCreated { lease_id, ttl_ms, holder } = done.reply else {
+    let Reply::LeaseCreated {
+        lease_id,
+        ttl_ms,
+        holder,
+    } = done.reply
+    else {
         return Err(unexpected(&done.reply));
     };
     let mut answer = Answer::ok(
-        LeaseCreated { lease_id: lease_id.to_string(), ttl_ms, holder, revision: done.revision },
+        LeaseCreated {
+            lease_id: lease_id.to_string(),
+            ttl_ms,
+            holder,
+            revision: done.revision,
+        },
         done.revision,
     );
     answer.status = StatusCode::CREATED;
@@ -115,14 +127,17 @@ pub async fn create(state: web::Data<ApiState>, http: HttpRequest, payload: web:
 }
 
 /// Keep a lease alive: its TTL restarts in full. Costs no disk write.
-#[utoipa::path(post, path = "/v1/leases/{lease_id}:keepalive", tag = "leases",
+#[utoipa::path(post, operation_id = "keepalive_lease", path = "/v1/leases/{lease_id}:keepalive", tag = "leases",
     params(("lease_id" = String, Path)),
     responses(
         (status = 200, body = LeaseKeptAlive),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "lease_not_found"),
         (status = 503, body = Problem, content_type = "application/problem+json", description = "unavailable"),
     ))]
-pub async fn keepalive(state: web::Data<ApiState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+pub async fn keepalive(
+    state: web::Data<ApiState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
     let lease_id = parse_lease_id(&path)?;
     let ttl_ms = state
         .node
@@ -130,17 +145,27 @@ pub async fn keepalive(state: web::Data<ApiState>, path: web::Path<String>) -> R
         .await?
         .ok_or(ApiError::Core(baton_core::CoreError::LeaseNotFound))?;
     let revision = state.node.revision();
-    Ok(Answer::ok(LeaseKeptAlive { lease_id: lease_id.to_string(), ttl_ms }, revision).into_response())
+    Ok(Answer::ok(
+        LeaseKeptAlive {
+            lease_id: lease_id.to_string(),
+            ttl_ms,
+        },
+        revision,
+    )
+    .into_response())
 }
 
 /// Inspect a lease (only its creator knows its id).
-#[utoipa::path(get, path = "/v1/leases/{lease_id}", tag = "leases",
+#[utoipa::path(get, operation_id = "get_lease", path = "/v1/leases/{lease_id}", tag = "leases",
     params(("lease_id" = String, Path)),
     responses(
         (status = 200, body = LeaseInfo),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "lease_not_found"),
     ))]
-pub async fn get(state: web::Data<ApiState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+pub async fn get(
+    state: web::Data<ApiState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
     let lease_id = parse_lease_id(&path)?;
     state.node.linearizable().await?;
     let (view, revision) = state.node.read(|sm| (sm.lease(lease_id), sm.revision()));
@@ -162,14 +187,18 @@ pub async fn get(state: web::Data<ApiState>, path: web::Path<String>) -> Result<
 }
 
 /// Revoke a lease, releasing everything attached to it in one step.
-#[utoipa::path(delete, path = "/v1/leases/{lease_id}", tag = "leases",
+#[utoipa::path(delete, operation_id = "revoke_lease", path = "/v1/leases/{lease_id}", tag = "leases",
     params(("lease_id" = String, Path),
         ("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe")),
     responses(
         (status = 200, body = LeaseRevoked),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "lease_not_found"),
     ))]
-pub async fn revoke(state: web::Data<ApiState>, http: HttpRequest, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+pub async fn revoke(
+    state: web::Data<ApiState>,
+    http: HttpRequest,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
     let lease_id = parse_lease_id(&path)?;
     let done = applied(propose(&state, &http, &[], Command::RevokeLease { lease_id }).await?)?;
     let Reply::LeaseEnded { released } = done.reply else {
@@ -177,7 +206,11 @@ pub async fn revoke(state: web::Data<ApiState>, http: HttpRequest, path: web::Pa
     };
     let body = LeaseRevoked {
         revoked: true,
-        released: ReleasedSet { locks: released.locks, names: released.names, elections: released.elections },
+        released: ReleasedSet {
+            locks: released.locks,
+            names: released.names,
+            elections: released.elections,
+        },
     };
     let mut answer = Answer::ok(body, done.revision);
     answer.replayed = done.replayed;

@@ -12,9 +12,8 @@ use utoipa::ToSchema;
 use crate::disconnect::client_gone;
 use crate::error::{ApiError, Problem};
 use crate::request::{
-    read_body,
     checked_name, encode_page_token, idempotency_key, parse_body, parse_lease_id,
-    parse_required_body, settle_read, ListQuery, ReadQuery,
+    parse_required_body, read_body, settle_read, ListQuery, ReadQuery,
 };
 use crate::respond::{applied, propose, unexpected, Answer};
 use crate::state::ApiState;
@@ -173,7 +172,7 @@ pub(crate) fn checked_wait(state: &ApiState, wait_ms: Option<u64>) -> Result<u64
 }
 
 /// Acquire a lock, or wait for it in FIFO order up to `wait_ms`.
-#[utoipa::path(post, path = "/v1/locks/{name}:acquire", tag = "locks",
+#[utoipa::path(post, operation_id = "acquire_lock", path = "/v1/locks/{name}:acquire", tag = "locks",
     params(("name" = String, Path, description = "Lock name; `/` allowed (literal or %2F)"),
         ("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe")),
     request_body(content = Option<AcquireBody>),
@@ -233,7 +232,9 @@ pub async fn acquire(
             let done = applied(outcome)?;
             match done.reply {
                 Reply::LockGranted(grant) => Ok(grant_answer(grant, done.revision, done.replayed)),
-                Reply::LockQueued { holder, token, .. } => Err(ApiError::Core(CoreError::LockHeld { holder, token })),
+                Reply::LockQueued { holder, token, .. } => {
+                    Err(ApiError::Core(CoreError::LockHeld { holder, token }))
+                }
                 other => Err(unexpected(&other)),
             }
         }
@@ -249,7 +250,7 @@ pub async fn acquire(
 }
 
 /// Renew: keep the lease alive and check that this token still holds the lock.
-#[utoipa::path(post, path = "/v1/locks/{name}:renew", tag = "locks",
+#[utoipa::path(post, operation_id = "renew_lock", path = "/v1/locks/{name}:renew", tag = "locks",
     params(("name" = String, Path)),
     request_body = HolderBody,
     responses(
@@ -257,27 +258,39 @@ pub async fn acquire(
         (status = 409, body = Problem, content_type = "application/problem+json", description = "lock_lost (with current_token)"),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "lease_not_found"),
     ))]
-pub async fn renew(state: web::Data<ApiState>, path: web::Path<String>, payload: web::Payload,
+pub async fn renew(
+    state: web::Data<ApiState>,
+    path: web::Path<String>,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(payload).await?;
     let name = checked_name(&path)?;
     let input: HolderBody = parse_required_body(&body)?;
     let lease_id = parse_lease_id(&input.lease_id)?;
     state.node.linearizable().await?;
-    state.node.read(|sm| sm.check_lock_holder(&name, lease_id, input.token))?;
+    state
+        .node
+        .read(|sm| sm.check_lock_holder(&name, lease_id, input.token))?;
     let ttl_ms = state
         .node
         .keep_alive(lease_id)
         .await?
         .ok_or(ApiError::Core(CoreError::LeaseNotFound))?;
     let revision = state.node.revision();
-    Ok(Answer::ok(LockRenewed { name, token: input.token, ttl_ms }, revision)
-        .with_token(input.token)
-        .into_response())
+    Ok(Answer::ok(
+        LockRenewed {
+            name,
+            token: input.token,
+            ttl_ms,
+        },
+        revision,
+    )
+    .with_token(input.token)
+    .into_response())
 }
 
 /// Release a lock; the next waiter in line (exactly one) is granted.
-#[utoipa::path(post, path = "/v1/locks/{name}:release", tag = "locks",
+#[utoipa::path(post, operation_id = "release_lock", path = "/v1/locks/{name}:release", tag = "locks",
     params(("name" = String, Path),
         ("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe")),
     request_body = HolderBody,
@@ -296,33 +309,55 @@ pub async fn release(
     let name = checked_name(&path)?;
     let input: HolderBody = parse_required_body(&body)?;
     let lease_id = parse_lease_id(&input.lease_id)?;
-    let command = Command::Release { name, lease_id, token: input.token };
+    let command = Command::Release {
+        name,
+        lease_id,
+        token: input.token,
+    };
     let done = applied(propose(&state, &http, &body, command).await?)?;
     if !matches!(done.reply, Reply::LockReleased) {
         return Err(unexpected(&done.reply));
     }
-    let mut answer = Answer::ok(LockReleased { released: true, revision: done.revision }, done.revision);
+    let mut answer = Answer::ok(
+        LockReleased {
+            released: true,
+            revision: done.revision,
+        },
+        done.revision,
+    );
     answer.replayed = done.replayed;
     Ok(answer.into_response())
 }
 
 /// Check whether a token is the lock's current holder's (a linearizable read).
-#[utoipa::path(post, path = "/v1/locks/{name}:validate", tag = "locks",
+#[utoipa::path(post, operation_id = "validate_lock", path = "/v1/locks/{name}:validate", tag = "locks",
     params(("name" = String, Path)),
     request_body = ValidateBody,
     responses((status = 200, body = Validation)))]
-pub async fn validate(state: web::Data<ApiState>, path: web::Path<String>, payload: web::Payload,
+pub async fn validate(
+    state: web::Data<ApiState>,
+    path: web::Path<String>,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(payload).await?;
     let name = checked_name(&path)?;
     let input: ValidateBody = parse_required_body(&body)?;
     state.node.linearizable().await?;
-    let ((valid, current_token), revision) = state.node.read(|sm| (sm.validate(&name, input.token), sm.revision()));
-    Ok(Answer::ok(Validation { valid, current_token }, revision).into_response())
+    let ((valid, current_token), revision) = state
+        .node
+        .read(|sm| (sm.validate(&name, input.token), sm.revision()));
+    Ok(Answer::ok(
+        Validation {
+            valid,
+            current_token,
+        },
+        revision,
+    )
+    .into_response())
 }
 
 /// Inspect a lock. A free lock is simply `held: false`.
-#[utoipa::path(get, path = "/v1/locks/{name}", tag = "locks",
+#[utoipa::path(get, operation_id = "get_lock", path = "/v1/locks/{name}", tag = "locks",
     params(("name" = String, Path), ReadQuery),
     responses(
         (status = 200, body = LockInfo),
@@ -341,13 +376,16 @@ pub async fn get(
 }
 
 /// List locks that are held or have waiters, in name order.
-#[utoipa::path(get, path = "/v1/locks", tag = "locks",
+#[utoipa::path(get, operation_id = "list_locks", path = "/v1/locks", tag = "locks",
     params(ListQuery),
     responses(
         (status = 200, body = LockPage),
         (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_query"),
     ))]
-pub async fn list(state: web::Data<ApiState>, query: web::Query<ListQuery>) -> Result<HttpResponse, ApiError> {
+pub async fn list(
+    state: web::Data<ApiState>,
+    query: web::Query<ListQuery>,
+) -> Result<HttpResponse, ApiError> {
     let limit = query.limit()?;
     let after = query.after()?;
     settle_read(&state, &query.read()).await?;
@@ -359,5 +397,12 @@ pub async fn list(state: web::Data<ApiState>, query: web::Query<ListQuery>) -> R
         .then(|| views.last().map(|v| encode_page_token(&v.name)))
         .flatten();
     let items = views.into_iter().map(LockInfo::from).collect();
-    Ok(Answer::ok(LockPage { items, next_page_token }, revision).into_response())
+    Ok(Answer::ok(
+        LockPage {
+            items,
+            next_page_token,
+        },
+        revision,
+    )
+    .into_response())
 }

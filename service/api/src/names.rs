@@ -11,9 +11,8 @@ use utoipa::ToSchema;
 
 use crate::error::{ApiError, Problem};
 use crate::request::{
-    read_body,
-    checked_name, encode_page_token, parse_lease_id, parse_required_body, settle_read, ListQuery,
-    ReadQuery,
+    checked_name, encode_page_token, parse_lease_id, parse_required_body, read_body, settle_read,
+    ListQuery, ReadQuery,
 };
 use crate::respond::{applied, propose, unexpected, Answer};
 use crate::state::ApiState;
@@ -99,7 +98,7 @@ pub struct NamePage {
 }
 
 /// Register a name (201), or update its value by the same lease (200).
-#[utoipa::path(put, path = "/v1/names/{name}", tag = "names",
+#[utoipa::path(put, operation_id = "register_name", path = "/v1/names/{name}", tag = "names",
     params(("name" = String, Path),
         ("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe")),
     request_body = RegisterBody,
@@ -126,9 +125,19 @@ pub async fn register(
             ttl_ms: input.ttl_ms.unwrap_or(state.settings.default_ttl_ms),
         },
     };
-    let command = Command::Register { name, lease, holder: input.holder, value: input.value.to_string() };
+    let command = Command::Register {
+        name,
+        lease,
+        holder: input.holder,
+        value: input.value.to_string(),
+    };
     let done = applied(propose(&state, &http, &body, command).await?)?;
-    let Reply::NameRegistered { grant, value, created } = done.reply else {
+    let Reply::NameRegistered {
+        grant,
+        value,
+        created,
+    } = done.reply
+    else {
         return Err(unexpected(&done.reply));
     };
     let token = grant.token;
@@ -148,7 +157,7 @@ pub async fn register(
 }
 
 /// Look a name up.
-#[utoipa::path(get, path = "/v1/names/{name}", tag = "names",
+#[utoipa::path(get, operation_id = "get_name", path = "/v1/names/{name}", tag = "names",
     params(("name" = String, Path), ReadQuery),
     responses(
         (status = 200, body = NameInfo),
@@ -167,7 +176,7 @@ pub async fn get(
 }
 
 /// Unregister a name owned by this lease.
-#[utoipa::path(delete, path = "/v1/names/{name}", tag = "names",
+#[utoipa::path(delete, operation_id = "unregister_name", path = "/v1/names/{name}", tag = "names",
     params(("name" = String, Path)),
     request_body = UnregisterBody,
     responses(
@@ -187,7 +196,8 @@ pub async fn unregister(
     // A malformed id owns nothing: the name's absence (404) or ownership (409)
     // decides the answer, as for any other wrong id.
     let lease_id = parse_lease_id(&input.lease_id).unwrap_or(baton_core::LeaseId(0));
-    let done = applied(propose(&state, &http, &body, Command::Unregister { name, lease_id }).await?)?;
+    let done =
+        applied(propose(&state, &http, &body, Command::Unregister { name, lease_id }).await?)?;
     if !matches!(done.reply, Reply::NameUnregistered) {
         return Err(unexpected(&done.reply));
     }
@@ -197,13 +207,16 @@ pub async fn unregister(
 }
 
 /// List registered names by prefix, in name order.
-#[utoipa::path(get, path = "/v1/names", tag = "names",
+#[utoipa::path(get, operation_id = "list_names", path = "/v1/names", tag = "names",
     params(ListQuery),
     responses(
         (status = 200, body = NamePage),
         (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_query"),
     ))]
-pub async fn list(state: web::Data<ApiState>, query: web::Query<ListQuery>) -> Result<HttpResponse, ApiError> {
+pub async fn list(
+    state: web::Data<ApiState>,
+    query: web::Query<ListQuery>,
+) -> Result<HttpResponse, ApiError> {
     let limit = query.limit()?;
     let after = query.after()?;
     settle_read(&state, &query.read()).await?;
@@ -215,5 +228,12 @@ pub async fn list(state: web::Data<ApiState>, query: web::Query<ListQuery>) -> R
         .then(|| views.last().map(|v| encode_page_token(&v.name)))
         .flatten();
     let items = views.into_iter().map(NameInfo::from).collect();
-    Ok(Answer::ok(NamePage { items, next_page_token }, revision).into_response())
+    Ok(Answer::ok(
+        NamePage {
+            items,
+            next_page_token,
+        },
+        revision,
+    )
+    .into_response())
 }

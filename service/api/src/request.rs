@@ -70,7 +70,9 @@ pub fn idempotency_key(
     let Some(value) = request.headers().get("idempotency-key") else {
         return Ok(None);
     };
-    let key = value.to_str().map_err(|_| ApiError::InvalidIdempotencyKey)?;
+    let key = value
+        .to_str()
+        .map_err(|_| ApiError::InvalidIdempotencyKey)?;
     if key.is_empty() || key.len() > 128 || !key.bytes().all(|b| (0x20..0x7f).contains(&b)) {
         return Err(ApiError::InvalidIdempotencyKey);
     }
@@ -183,7 +185,10 @@ mod tests {
     #[test]
     fn page_tokens_round_trip() {
         for name in ["a", "team-a/db/migrate", "x~y=z"] {
-            assert_eq!(decode_page_token(&encode_page_token(name)).ok().as_deref(), Some(name));
+            assert_eq!(
+                decode_page_token(&encode_page_token(name)).ok().as_deref(),
+                Some(name)
+            );
         }
         assert!(decode_page_token("zz").is_err());
         assert!(decode_page_token("abc").is_err());
@@ -191,9 +196,18 @@ mod tests {
 
     #[test]
     fn fingerprints_tell_requests_apart() {
-        assert_eq!(fingerprint(&[b"POST", b"/a", b"{}"]), fingerprint(&[b"POST", b"/a", b"{}"]));
-        assert_ne!(fingerprint(&[b"POST", b"/a", b"{}"]), fingerprint(&[b"POST", b"/a{", b"}"]));
-        assert_ne!(fingerprint(&[b"POST", b"/a", b"{}"]), fingerprint(&[b"PUT", b"/a", b"{}"]));
+        assert_eq!(
+            fingerprint(&[b"POST", b"/a", b"{}"]),
+            fingerprint(&[b"POST", b"/a", b"{}"])
+        );
+        assert_ne!(
+            fingerprint(&[b"POST", b"/a", b"{}"]),
+            fingerprint(&[b"POST", b"/a{", b"}"])
+        );
+        assert_ne!(
+            fingerprint(&[b"POST", b"/a", b"{}"]),
+            fingerprint(&[b"PUT", b"/a", b"{}"])
+        );
     }
 }
 

@@ -57,23 +57,47 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                     .route("/docs", web::get().to(docs::docs))
                     .route("/v1/cluster", web::get().to(cluster::cluster))
                     .route("/v1/leases", web::post().to(leases::create))
-                    .route("/v1/leases/{lease_id}:keepalive", web::post().to(leases::keepalive))
+                    .route(
+                        "/v1/leases/{lease_id}:keepalive",
+                        web::post().to(leases::keepalive),
+                    )
                     .route("/v1/leases/{lease_id}", web::get().to(leases::get))
                     .route("/v1/leases/{lease_id}", web::delete().to(leases::revoke))
                     .route("/v1/locks", web::get().to(locks::list))
-                    .route("/v1/locks/{name:[^:]+}:acquire", web::post().to(locks::acquire))
+                    .route(
+                        "/v1/locks/{name:[^:]+}:acquire",
+                        web::post().to(locks::acquire),
+                    )
                     .route("/v1/locks/{name:[^:]+}:renew", web::post().to(locks::renew))
-                    .route("/v1/locks/{name:[^:]+}:release", web::post().to(locks::release))
-                    .route("/v1/locks/{name:[^:]+}:validate", web::post().to(locks::validate))
+                    .route(
+                        "/v1/locks/{name:[^:]+}:release",
+                        web::post().to(locks::release),
+                    )
+                    .route(
+                        "/v1/locks/{name:[^:]+}:validate",
+                        web::post().to(locks::validate),
+                    )
                     .route("/v1/locks/{name:[^:]+}", web::get().to(locks::get))
-                    .route("/v1/elections/{name:[^:]+}:campaign", web::post().to(elections::campaign))
-                    .route("/v1/elections/{name:[^:]+}:proclaim", web::post().to(elections::proclaim))
-                    .route("/v1/elections/{name:[^:]+}:resign", web::post().to(elections::resign))
+                    .route(
+                        "/v1/elections/{name:[^:]+}:campaign",
+                        web::post().to(elections::campaign),
+                    )
+                    .route(
+                        "/v1/elections/{name:[^:]+}:proclaim",
+                        web::post().to(elections::proclaim),
+                    )
+                    .route(
+                        "/v1/elections/{name:[^:]+}:resign",
+                        web::post().to(elections::resign),
+                    )
                     .route("/v1/elections/{name:[^:]+}", web::get().to(elections::get))
                     .route("/v1/names", web::get().to(names::list))
                     .route("/v1/names/{name:[^:]+}", web::put().to(names::register))
                     .route("/v1/names/{name:[^:]+}", web::get().to(names::get))
-                    .route("/v1/names/{name:[^:]+}", web::delete().to(names::unregister))
+                    .route(
+                        "/v1/names/{name:[^:]+}",
+                        web::delete().to(names::unregister),
+                    )
                     .default_service(web::to(no_route)),
             );
     }

@@ -13,7 +13,12 @@ use support::{app, get, lease, post, send, start_node};
 async fn leases_are_created_kept_alive_inspected_and_revoked() {
     let node = start_node().await;
     let app = app(&node).await;
-    let reply = post(&app, "/v1/leases", json!({"ttl_ms": 3000, "holder": "pod-a"})).await;
+    let reply = post(
+        &app,
+        "/v1/leases",
+        json!({"ttl_ms": 3000, "holder": "pod-a"}),
+    )
+    .await;
     assert_eq!(reply.status, 201);
     let lease_id = reply.body["lease_id"].as_str().unwrap().to_owned();
     assert_eq!(lease_id.len(), 26);
@@ -24,13 +29,29 @@ async fn leases_are_created_kept_alive_inspected_and_revoked() {
 
     // An empty body takes the defaults.
     let reply = send(&app, TestRequest::post().uri("/v1/leases")).await;
-    assert_eq!((reply.status, reply.body["ttl_ms"].as_u64()), (201, Some(5000)));
+    assert_eq!(
+        (reply.status, reply.body["ttl_ms"].as_u64()),
+        (201, Some(5000))
+    );
 
-    let reply = post(&app, &format!("/v1/leases/{lease_id}:keepalive"), json!(null)).await;
-    assert_eq!((reply.status, reply.body["ttl_ms"].as_u64()), (200, Some(3000)));
+    let reply = post(
+        &app,
+        &format!("/v1/leases/{lease_id}:keepalive"),
+        json!(null),
+    )
+    .await;
+    assert_eq!(
+        (reply.status, reply.body["ttl_ms"].as_u64()),
+        (200, Some(3000))
+    );
 
     post(&app, "/v1/locks/a:acquire", json!({"lease_id": lease_id})).await;
-    put_name(&app, "svc/a", json!({"lease_id": lease_id, "value": {"addr": "10.0.0.1"}})).await;
+    put_name(
+        &app,
+        "svc/a",
+        json!({"lease_id": lease_id, "value": {"addr": "10.0.0.1"}}),
+    )
+    .await;
     let reply = get(&app, &format!("/v1/leases/{lease_id}")).await;
     assert_eq!(reply.status, 200);
     assert_eq!(reply.body["locks"], json!(["a"]));
@@ -38,7 +59,11 @@ async fn leases_are_created_kept_alive_inspected_and_revoked() {
     let remaining = reply.body["remaining_ms"].as_u64().unwrap();
     assert!(remaining <= 3000 && remaining > 0, "{remaining}");
 
-    let reply = send(&app, TestRequest::delete().uri(&format!("/v1/leases/{lease_id}"))).await;
+    let reply = send(
+        &app,
+        TestRequest::delete().uri(&format!("/v1/leases/{lease_id}")),
+    )
+    .await;
     assert_eq!(reply.status, 200);
     assert_eq!(reply.body["revoked"], true);
     assert_eq!(reply.body["released"]["locks"], json!(["a"]));
@@ -47,20 +72,47 @@ async fn leases_are_created_kept_alive_inspected_and_revoked() {
 
     for reply in [
         get(&app, &format!("/v1/leases/{lease_id}")).await,
-        post(&app, &format!("/v1/leases/{lease_id}:keepalive"), json!(null)).await,
-        send(&app, TestRequest::delete().uri(&format!("/v1/leases/{lease_id}"))).await,
+        post(
+            &app,
+            &format!("/v1/leases/{lease_id}:keepalive"),
+            json!(null),
+        )
+        .await,
+        send(
+            &app,
+            TestRequest::delete().uri(&format!("/v1/leases/{lease_id}")),
+        )
+        .await,
         get(&app, "/v1/leases/not-a-lease-id").await,
     ] {
-        assert_eq!((reply.status, reply.code()), (404, "lease_not_found"), "{:?}", reply.body);
-        assert_eq!(reply.header("content-type").as_deref(), Some("application/problem+json"));
+        assert_eq!(
+            (reply.status, reply.code()),
+            (404, "lease_not_found"),
+            "{:?}",
+            reply.body
+        );
+        assert_eq!(
+            reply.header("content-type").as_deref(),
+            Some("application/problem+json")
+        );
     }
 }
 
 async fn put_name<S>(app: &S, name: &str, body: serde_json::Value) -> support::Reply
 where
-    S: actix_web::dev::Service<actix_http::Request, Response = actix_web::dev::ServiceResponse, Error = actix_web::Error>,
+    S: actix_web::dev::Service<
+        actix_http::Request,
+        Response = actix_web::dev::ServiceResponse,
+        Error = actix_web::Error,
+    >,
 {
-    send(app, TestRequest::put().uri(&format!("/v1/names/{name}")).set_json(body)).await
+    send(
+        app,
+        TestRequest::put()
+            .uri(&format!("/v1/names/{name}"))
+            .set_json(body),
+    )
+    .await
 }
 
 #[actix_web::test]
@@ -69,7 +121,12 @@ async fn locks_grant_fencing_tokens_and_refuse_stale_holders() {
     let app = app(&node).await;
     let (a, b) = (lease(&app, 5000).await, lease(&app, 5000).await);
 
-    let first = post(&app, "/v1/locks/team-a/db/migrate:acquire", json!({"lease_id": a, "holder": "job-1"})).await;
+    let first = post(
+        &app,
+        "/v1/locks/team-a/db/migrate:acquire",
+        json!({"lease_id": a, "holder": "job-1"}),
+    )
+    .await;
     assert_eq!(first.status, 200, "{:?}", first.body);
     let token = first.body["token"].as_u64().unwrap();
     assert_eq!(first.header("baton-fencing-token"), Some(token.to_string()));
@@ -78,12 +135,28 @@ async fn locks_grant_fencing_tokens_and_refuse_stale_holders() {
     assert_eq!(first.body["lease_id"], a.as_str());
 
     // The same lease again: the same grant. Percent-encoded '/' is the same name.
-    let again = post(&app, "/v1/locks/team-a%2Fdb%2Fmigrate:acquire", json!({"lease_id": a})).await;
-    assert_eq!((again.status, again.body["token"].as_u64()), (200, Some(token)));
+    let again = post(
+        &app,
+        "/v1/locks/team-a%2Fdb%2Fmigrate:acquire",
+        json!({"lease_id": a}),
+    )
+    .await;
+    assert_eq!(
+        (again.status, again.body["token"].as_u64()),
+        (200, Some(token))
+    );
 
-    let held = post(&app, "/v1/locks/team-a/db/migrate:acquire", json!({"lease_id": b})).await;
+    let held = post(
+        &app,
+        "/v1/locks/team-a/db/migrate:acquire",
+        json!({"lease_id": b}),
+    )
+    .await;
     assert_eq!((held.status, held.code()), (409, "lock_held"));
-    assert_eq!((held.body["holder"].as_str(), held.body["token"].as_u64()), (Some("job-1"), Some(token)));
+    assert_eq!(
+        (held.body["holder"].as_str(), held.body["token"].as_u64()),
+        (Some("job-1"), Some(token))
+    );
 
     let info = get(&app, "/v1/locks/team-a/db/migrate").await;
     assert_eq!(info.body["held"], true);
@@ -91,43 +164,126 @@ async fn locks_grant_fencing_tokens_and_refuse_stale_holders() {
     assert_eq!(info.body["since_revision"].as_u64(), Some(token));
     assert_eq!(info.body["waiters"], 0);
 
-    let renew = post(&app, "/v1/locks/team-a/db/migrate:renew", json!({"lease_id": a, "token": token})).await;
-    assert_eq!((renew.status, renew.body["token"].as_u64(), renew.body["ttl_ms"].as_u64()), (200, Some(token), Some(5000)));
-    let stale = post(&app, "/v1/locks/team-a/db/migrate:renew", json!({"lease_id": b, "token": token})).await;
+    let renew = post(
+        &app,
+        "/v1/locks/team-a/db/migrate:renew",
+        json!({"lease_id": a, "token": token}),
+    )
+    .await;
+    assert_eq!(
+        (
+            renew.status,
+            renew.body["token"].as_u64(),
+            renew.body["ttl_ms"].as_u64()
+        ),
+        (200, Some(token), Some(5000))
+    );
+    let stale = post(
+        &app,
+        "/v1/locks/team-a/db/migrate:renew",
+        json!({"lease_id": b, "token": token}),
+    )
+    .await;
     assert_eq!((stale.status, stale.code()), (409, "lock_lost"));
 
-    let valid = post(&app, "/v1/locks/team-a/db/migrate:validate", json!({"token": token})).await;
-    assert_eq!((valid.body["valid"].as_bool(), valid.body["current_token"].as_u64()), (Some(true), Some(token)));
+    let valid = post(
+        &app,
+        "/v1/locks/team-a/db/migrate:validate",
+        json!({"token": token}),
+    )
+    .await;
+    assert_eq!(
+        (
+            valid.body["valid"].as_bool(),
+            valid.body["current_token"].as_u64()
+        ),
+        (Some(true), Some(token))
+    );
 
-    let release = post(&app, "/v1/locks/team-a/db/migrate:release", json!({"lease_id": a, "token": token})).await;
-    assert_eq!((release.status, release.body["released"].as_bool()), (200, Some(true)));
-    let twice = post(&app, "/v1/locks/team-a/db/migrate:release", json!({"lease_id": a, "token": token})).await;
+    let release = post(
+        &app,
+        "/v1/locks/team-a/db/migrate:release",
+        json!({"lease_id": a, "token": token}),
+    )
+    .await;
+    assert_eq!(
+        (release.status, release.body["released"].as_bool()),
+        (200, Some(true))
+    );
+    let twice = post(
+        &app,
+        "/v1/locks/team-a/db/migrate:release",
+        json!({"lease_id": a, "token": token}),
+    )
+    .await;
     assert_eq!((twice.status, twice.code()), (409, "lock_lost"));
-    let unknown = post(&app, "/v1/locks/x:release", json!({"lease_id": "aaaaaaaaaaaaaaaaaaaaaaaaaa", "token": 1})).await;
+    let unknown = post(
+        &app,
+        "/v1/locks/x:release",
+        json!({"lease_id": "aaaaaaaaaaaaaaaaaaaaaaaaaa", "token": 1}),
+    )
+    .await;
     assert_eq!((unknown.status, unknown.code()), (404, "lease_not_found"));
 
-    let next = post(&app, "/v1/locks/team-a/db/migrate:acquire", json!({"lease_id": b})).await;
+    let next = post(
+        &app,
+        "/v1/locks/team-a/db/migrate:acquire",
+        json!({"lease_id": b}),
+    )
+    .await;
     let next_token = next.body["token"].as_u64().unwrap();
     assert!(next_token > token, "tokens strictly increase");
-    let old = post(&app, "/v1/locks/team-a/db/migrate:validate", json!({"token": token})).await;
-    assert_eq!((old.body["valid"].as_bool(), old.body["current_token"].as_u64()), (Some(false), Some(next_token)));
+    let old = post(
+        &app,
+        "/v1/locks/team-a/db/migrate:validate",
+        json!({"token": token}),
+    )
+    .await;
+    assert_eq!(
+        (
+            old.body["valid"].as_bool(),
+            old.body["current_token"].as_u64()
+        ),
+        (Some(false), Some(next_token))
+    );
     // The stale holder's release does not touch the new grant.
-    let stale_release = post(&app, "/v1/locks/team-a/db/migrate:release", json!({"lease_id": a, "token": token})).await;
+    let stale_release = post(
+        &app,
+        "/v1/locks/team-a/db/migrate:release",
+        json!({"lease_id": a, "token": token}),
+    )
+    .await;
     assert_eq!(stale_release.code(), "lock_lost");
-    assert_eq!(get(&app, "/v1/locks/team-a/db/migrate").await.body["token"].as_u64(), Some(next_token));
+    assert_eq!(
+        get(&app, "/v1/locks/team-a/db/migrate").await.body["token"].as_u64(),
+        Some(next_token)
+    );
 }
 
 #[actix_web::test]
 async fn acquire_without_a_lease_creates_one_for_the_lock_alone() {
     let node = start_node().await;
     let app = app(&node).await;
-    let grant = post(&app, "/v1/locks/solo:acquire", json!({"ttl_ms": 2000, "holder": "cron"})).await;
+    let grant = post(
+        &app,
+        "/v1/locks/solo:acquire",
+        json!({"ttl_ms": 2000, "holder": "cron"}),
+    )
+    .await;
     assert_eq!(grant.status, 200);
     let lease_id = grant.body["lease_id"].as_str().unwrap().to_owned();
     assert_eq!(grant.body["ttl_ms"], 2000);
     let token = grant.body["token"].as_u64().unwrap();
-    post(&app, "/v1/locks/solo:release", json!({"lease_id": lease_id, "token": token})).await;
-    assert_eq!(get(&app, &format!("/v1/leases/{lease_id}")).await.status, 404);
+    post(
+        &app,
+        "/v1/locks/solo:release",
+        json!({"lease_id": lease_id, "token": token}),
+    )
+    .await;
+    assert_eq!(
+        get(&app, &format!("/v1/leases/{lease_id}")).await.status,
+        404
+    );
 }
 
 #[actix_web::test]
@@ -143,17 +299,34 @@ async fn waiters_are_granted_in_arrival_order_with_increasing_tokens() {
         let task_app = app.clone();
         let w = w.clone();
         pending.push(actix_web::rt::spawn(async move {
-            post(&*task_app, "/v1/locks/q:acquire", json!({"lease_id": w, "wait_ms": 20000})).await
+            post(
+                &*task_app,
+                "/v1/locks/q:acquire",
+                json!({"lease_id": w, "wait_ms": 20000}),
+            )
+            .await
         }));
         // Let the first waiter be queued before the second arrives.
-        wait_for(|| async { get(&*app, "/v1/locks/q").await.body["waiters"].as_u64() == Some(pending.len() as u64) }).await;
+        wait_for(|| async {
+            get(&*app, "/v1/locks/q").await.body["waiters"].as_u64() == Some(pending.len() as u64)
+        })
+        .await;
     }
     let mut current = holder;
     for (index, handle) in pending.into_iter().enumerate() {
-        post(&*app, "/v1/locks/q:release", json!({"lease_id": current, "token": token})).await;
+        post(
+            &*app,
+            "/v1/locks/q:release",
+            json!({"lease_id": current, "token": token}),
+        )
+        .await;
         let granted = handle.await.unwrap();
         assert_eq!(granted.status, 200, "{:?}", granted.body);
-        assert_eq!(granted.body["lease_id"], waiters[index].as_str(), "FIFO order");
+        assert_eq!(
+            granted.body["lease_id"],
+            waiters[index].as_str(),
+            "FIFO order"
+        );
         let new_token = granted.body["token"].as_u64().unwrap();
         assert!(new_token > token);
         token = new_token;
@@ -181,7 +354,12 @@ async fn a_waiter_that_times_out_leaves_the_queue() {
     let app = app(&node).await;
     let (a, b) = (lease(&app, 5000).await, lease(&app, 5000).await);
     let grant = post(&app, "/v1/locks/t:acquire", json!({"lease_id": a})).await;
-    let timed_out = post(&app, "/v1/locks/t:acquire", json!({"lease_id": b, "wait_ms": 200})).await;
+    let timed_out = post(
+        &app,
+        "/v1/locks/t:acquire",
+        json!({"lease_id": b, "wait_ms": 200}),
+    )
+    .await;
     assert_eq!((timed_out.status, timed_out.code()), (409, "lock_held"));
     assert_eq!(timed_out.body["token"], grant.body["token"]);
     assert_eq!(get(&app, "/v1/locks/t").await.body["waiters"], 0);
@@ -216,7 +394,14 @@ async fn an_expired_lease_releases_its_lock_to_the_next_waiter() {
     let waiter = {
         let app = app.clone();
         let long = long.clone();
-        actix_web::rt::spawn(async move { post(&*app, "/v1/locks/e:acquire", json!({"lease_id": long, "wait_ms": 10000})).await })
+        actix_web::rt::spawn(async move {
+            post(
+                &*app,
+                "/v1/locks/e:acquire",
+                json!({"lease_id": long, "wait_ms": 10000}),
+            )
+            .await
+        })
     };
     let granted = waiter.await.unwrap();
     assert_eq!(granted.status, 200, "{:?}", granted.body);
@@ -236,7 +421,10 @@ async fn keepalives_keep_a_lease_past_several_ttls() {
         let reply = post(&app, &format!("/v1/leases/{id}:keepalive"), json!(null)).await;
         assert_eq!(reply.status, 200, "{:?}", reply.body);
     }
-    assert_eq!(get(&app, "/v1/locks/k").await.body["token"], grant.body["token"]);
+    assert_eq!(
+        get(&app, "/v1/locks/k").await.body["token"],
+        grant.body["token"]
+    );
     // Stop: it expires.
     wait_for(|| async { get(&app, "/v1/locks/k").await.body["held"] == false }).await;
 }
@@ -255,10 +443,16 @@ async fn an_idempotent_retry_returns_the_first_answer() {
     assert_eq!(first.status, 200);
     let retry = send(&app, keyed("k-1", json!({"ttl_ms": 5000}))).await;
     assert_eq!(retry.status, 200);
-    assert_eq!(retry.body, first.body, "same answer, same lease, same token");
+    assert_eq!(
+        retry.body, first.body,
+        "same answer, same lease, same token"
+    );
     assert_eq!(retry.header("idempotent-replayed").as_deref(), Some("true"));
     let reused = send(&app, keyed("k-1", json!({"ttl_ms": 6000}))).await;
-    assert_eq!((reused.status, reused.code()), (422, "idempotency_key_reused"));
+    assert_eq!(
+        (reused.status, reused.code()),
+        (422, "idempotency_key_reused")
+    );
     let other = send(&app, keyed("k-2", json!({"ttl_ms": 5000}))).await;
     assert_eq!((other.status, other.code()), (409, "lock_held"));
     let bad = send(&app, keyed("", json!({}))).await;
@@ -272,14 +466,38 @@ async fn elections_elect_proclaim_and_hand_over() {
     let (a, b) = (lease(&*app, 5000).await, lease(&*app, 5000).await);
     let none = get(&*app, "/v1/elections/primary").await;
     assert_eq!((none.status, none.code()), (404, "no_leader"));
-    let won = post(&*app, "/v1/elections/primary:campaign", json!({"lease_id": a, "candidate": "a", "value": {"addr": "a:1"}})).await;
+    let won = post(
+        &*app,
+        "/v1/elections/primary:campaign",
+        json!({"lease_id": a, "candidate": "a", "value": {"addr": "a:1"}}),
+    )
+    .await;
     assert_eq!(won.status, 200, "{:?}", won.body);
-    assert_eq!((won.body["leader"].as_bool(), won.body["value"].clone()), (Some(true), json!({"addr": "a:1"})));
+    assert_eq!(
+        (won.body["leader"].as_bool(), won.body["value"].clone()),
+        (Some(true), json!({"addr": "a:1"}))
+    );
     let token = won.body["token"].as_u64().unwrap();
-    let lost = post(&*app, "/v1/elections/primary:campaign", json!({"lease_id": b, "candidate": "b", "value": 2})).await;
-    assert_eq!((lost.status, lost.code(), lost.body["leader"].as_str()), (409, "not_elected", Some("a")));
-    let proclaimed = post(&*app, "/v1/elections/primary:proclaim", json!({"lease_id": a, "token": token, "value": [1, 2]})).await;
-    assert_eq!((proclaimed.status, proclaimed.body["value"].clone()), (200, json!([1, 2])));
+    let lost = post(
+        &*app,
+        "/v1/elections/primary:campaign",
+        json!({"lease_id": b, "candidate": "b", "value": 2}),
+    )
+    .await;
+    assert_eq!(
+        (lost.status, lost.code(), lost.body["leader"].as_str()),
+        (409, "not_elected", Some("a"))
+    );
+    let proclaimed = post(
+        &*app,
+        "/v1/elections/primary:proclaim",
+        json!({"lease_id": a, "token": token, "value": [1, 2]}),
+    )
+    .await;
+    assert_eq!(
+        (proclaimed.status, proclaimed.body["value"].clone()),
+        (200, json!([1, 2]))
+    );
     let info = get(&*app, "/v1/elections/primary").await;
     assert_eq!(info.body["leader"]["candidate"], "a");
     assert_eq!(info.body["leader"]["value"], json!([1, 2]));
@@ -289,18 +507,39 @@ async fn elections_elect_proclaim_and_hand_over() {
         let app = app.clone();
         let b = b.clone();
         actix_web::rt::spawn(async move {
-            post(&*app, "/v1/elections/primary:campaign", json!({"lease_id": b, "candidate": "b", "value": "b:1", "wait_ms": 10000})).await
+            post(
+                &*app,
+                "/v1/elections/primary:campaign",
+                json!({"lease_id": b, "candidate": "b", "value": "b:1", "wait_ms": 10000}),
+            )
+            .await
         })
     };
     wait_for(|| async { get(&*app, "/v1/elections/primary").await.body["candidates"] == 1 }).await;
-    let not_leader = post(&*app, "/v1/elections/primary:resign", json!({"lease_id": b, "token": token})).await;
+    let not_leader = post(
+        &*app,
+        "/v1/elections/primary:resign",
+        json!({"lease_id": b, "token": token}),
+    )
+    .await;
     assert_eq!((not_leader.status, not_leader.code()), (409, "not_leader"));
-    let resigned = post(&*app, "/v1/elections/primary:resign", json!({"lease_id": a, "token": token})).await;
-    assert_eq!((resigned.status, resigned.body["resigned"].as_bool()), (200, Some(true)));
+    let resigned = post(
+        &*app,
+        "/v1/elections/primary:resign",
+        json!({"lease_id": a, "token": token}),
+    )
+    .await;
+    assert_eq!(
+        (resigned.status, resigned.body["resigned"].as_bool()),
+        (200, Some(true))
+    );
     let elected = waiting.await.unwrap();
     assert_eq!(elected.status, 200);
     assert!(elected.body["token"].as_u64().unwrap() > token);
-    assert_eq!(get(&*app, "/v1/elections/primary").await.body["leader"]["candidate"], "b");
+    assert_eq!(
+        get(&*app, "/v1/elections/primary").await.body["leader"]["candidate"],
+        "b"
+    );
 }
 
 #[actix_web::test]
@@ -308,28 +547,71 @@ async fn names_register_once_cluster_wide() {
     let node = start_node().await;
     let app = app(&node).await;
     let (a, b) = (lease(&app, 5000).await, lease(&app, 5000).await);
-    let created = put_name(&app, "svc/db", json!({"lease_id": a, "value": {"host": "db-0"}})).await;
+    let created = put_name(
+        &app,
+        "svc/db",
+        json!({"lease_id": a, "value": {"host": "db-0"}}),
+    )
+    .await;
     assert_eq!(created.status, 201, "{:?}", created.body);
     let token = created.body["token"].as_u64().unwrap();
-    let updated = put_name(&app, "svc/db", json!({"lease_id": a, "value": {"host": "db-1"}})).await;
-    assert_eq!((updated.status, updated.body["token"].as_u64()), (200, Some(token)));
+    let updated = put_name(
+        &app,
+        "svc/db",
+        json!({"lease_id": a, "value": {"host": "db-1"}}),
+    )
+    .await;
+    assert_eq!(
+        (updated.status, updated.body["token"].as_u64()),
+        (200, Some(token))
+    );
     let taken = put_name(&app, "svc/db", json!({"lease_id": b, "value": 1})).await;
-    assert_eq!((taken.status, taken.code(), taken.body["token"].as_u64()), (409, "name_taken", Some(token)));
+    assert_eq!(
+        (taken.status, taken.code(), taken.body["token"].as_u64()),
+        (409, "name_taken", Some(token))
+    );
     let info = get(&app, "/v1/names/svc/db").await;
-    assert_eq!((info.body["value"].clone(), info.body["holder"].as_str()), (json!({"host": "db-1"}), Some("test")));
+    assert_eq!(
+        (info.body["value"].clone(), info.body["holder"].as_str()),
+        (json!({"host": "db-1"}), Some("test"))
+    );
     for name in ["svc/a", "svc/b", "svc/c"] {
         put_name(&app, name, json!({"lease_id": b, "value": null})).await;
     }
     let page = get(&app, "/v1/names?prefix=svc/&limit=2").await;
     assert_eq!(page.body["items"].as_array().unwrap().len(), 2);
     let next = page.body["next_page_token"].as_str().unwrap().to_owned();
-    let rest = get(&app, &format!("/v1/names?prefix=svc/&limit=2&page_token={next}")).await;
-    let names: Vec<_> = rest.body["items"].as_array().unwrap().iter().map(|i| i["name"].as_str().unwrap().to_owned()).collect();
+    let rest = get(
+        &app,
+        &format!("/v1/names?prefix=svc/&limit=2&page_token={next}"),
+    )
+    .await;
+    let names: Vec<_> = rest.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap().to_owned())
+        .collect();
     assert_eq!(names, ["svc/c", "svc/db"]);
-    let not_owner = send(&app, TestRequest::delete().uri("/v1/names/svc/db").set_json(json!({"lease_id": b}))).await;
+    let not_owner = send(
+        &app,
+        TestRequest::delete()
+            .uri("/v1/names/svc/db")
+            .set_json(json!({"lease_id": b})),
+    )
+    .await;
     assert_eq!((not_owner.status, not_owner.code()), (409, "not_owner"));
-    let gone = send(&app, TestRequest::delete().uri("/v1/names/svc/db").set_json(json!({"lease_id": a}))).await;
-    assert_eq!((gone.status, gone.body["unregistered"].as_bool()), (200, Some(true)));
+    let gone = send(
+        &app,
+        TestRequest::delete()
+            .uri("/v1/names/svc/db")
+            .set_json(json!({"lease_id": a})),
+    )
+    .await;
+    assert_eq!(
+        (gone.status, gone.body["unregistered"].as_bool()),
+        (200, Some(true))
+    );
     let missing = get(&app, "/v1/names/svc/db").await;
     assert_eq!((missing.status, missing.code()), (404, "not_found"));
 }
@@ -340,7 +622,12 @@ async fn lists_reads_and_cluster_status() {
     let app = app(&node).await;
     let a = lease(&app, 5000).await;
     for name in ["x/1", "x/2", "y/1"] {
-        post(&app, &format!("/v1/locks/{name}:acquire"), json!({"lease_id": a})).await;
+        post(
+            &app,
+            &format!("/v1/locks/{name}:acquire"),
+            json!({"lease_id": a}),
+        )
+        .await;
     }
     let page = get(&app, "/v1/locks?prefix=x/").await;
     assert_eq!(page.body["items"].as_array().unwrap().len(), 2);
@@ -350,8 +637,15 @@ async fn lists_reads_and_cluster_status() {
     assert_eq!(local.body["held"], true);
     let at = get(&app, &format!("/v1/locks/x/1?min_revision={revision}")).await;
     assert_eq!(at.status, 200);
-    let future = get(&app, &format!("/v1/locks/x/1?min_revision={}", revision + 1000)).await;
-    assert_eq!((future.status, future.code()), (504, "revision_not_reached"));
+    let future = get(
+        &app,
+        &format!("/v1/locks/x/1?min_revision={}", revision + 1000),
+    )
+    .await;
+    assert_eq!(
+        (future.status, future.code()),
+        (504, "revision_not_reached")
+    );
     let bad = get(&app, "/v1/locks/x/1?consistency=eventual").await;
     assert_eq!((bad.status, bad.code()), (400, "invalid_query"));
     let cluster = get(&app, "/v1/cluster").await;
@@ -363,7 +657,15 @@ async fn lists_reads_and_cluster_status() {
     assert_eq!(get(&app, "/healthz").await.status, 200);
     assert_eq!(get(&app, "/readyz").await.status, 200);
     let metrics = get(&app, "/metrics").await;
-    assert!(metrics.body.as_str().unwrap().contains("baton_locks_held 3"), "{:?}", metrics.body);
+    assert!(
+        metrics
+            .body
+            .as_str()
+            .unwrap()
+            .contains("baton_locks_held 3"),
+        "{:?}",
+        metrics.body
+    );
     let docs = get(&app, "/docs").await;
     assert!(docs.body.as_str().unwrap().contains("/openapi.json"));
     let spec = get(&app, "/openapi.json").await;

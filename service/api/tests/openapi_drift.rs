@@ -37,6 +37,22 @@ fn every_route_is_documented() {
         "/readyz",
         "/metrics",
     ] {
-        assert!(paths.contains_key(path), "{path} missing from the OpenAPI document");
+        assert!(
+            paths.contains_key(path),
+            "{path} missing from the OpenAPI document"
+        );
+    }
+}
+
+#[test]
+fn operation_ids_are_unique() {
+    let spec: serde_json::Value = serde_json::from_str(&baton_api::openapi_json()).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for (path, item) in spec["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let id = operation["operationId"].as_str().unwrap_or_default().to_owned();
+            assert!(!id.is_empty(), "{method} {path} has no operationId");
+            assert!(seen.insert(id.clone()), "operationId {id} is used twice");
+        }
     }
 }

@@ -152,12 +152,18 @@ mod tests {
         clock.on_events(&[created(1, 1_000)]);
         tokio::time::advance(Duration::from_millis(900)).await;
         assert!(clock.take_expired().is_empty());
-        assert_eq!(clock.keep_alive(LeaseId(1)), Some(Duration::from_millis(1_000)));
+        assert_eq!(
+            clock.keep_alive(LeaseId(1)),
+            Some(Duration::from_millis(1_000))
+        );
         tokio::time::advance(Duration::from_millis(999)).await;
         assert!(clock.take_expired().is_empty());
         tokio::time::advance(Duration::from_millis(1)).await;
         assert_eq!(clock.take_expired(), vec![LeaseId(1)]);
-        assert!(clock.take_expired().is_empty(), "an expiry is proposed once");
+        assert!(
+            clock.take_expired().is_empty(),
+            "an expiry is proposed once"
+        );
         clock.expiry_failed(LeaseId(1));
         assert_eq!(clock.take_expired(), vec![LeaseId(1)]);
     }
@@ -180,7 +186,10 @@ mod tests {
         let clock = LeaseClock::default();
         tokio::time::advance(Duration::from_millis(1_500)).await;
         clock.reset_all(&state);
-        assert_eq!(clock.remaining(LeaseId(7)), Some(Duration::from_millis(2_000)));
+        assert_eq!(
+            clock.remaining(LeaseId(7)),
+            Some(Duration::from_millis(2_000))
+        );
         tokio::time::advance(Duration::from_millis(1_999)).await;
         assert!(clock.take_expired().is_empty());
         tokio::time::advance(Duration::from_millis(1)).await;

@@ -7,8 +7,8 @@ use baton_store::{BatonNode, TypeConfig};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest,
-    InstallSnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -86,14 +86,17 @@ impl PeerClient {
         if !response.status().is_success() {
             let status = response.status();
             let text = response.text().await.unwrap_or_default();
-            let error = std::io::Error::other(format!("peer {} answered {status}: {text}", self.target));
+            let error =
+                std::io::Error::other(format!("peer {} answered {status}: {text}", self.target));
             return Err(RPCError::Network(NetworkError::new(&error)));
         }
         let result: Result<Resp, RaftError<u64, E>> = response
             .json()
             .await
             .map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
-        result.map_err(|error| RPCError::RemoteError(openraft::error::RemoteError::new(self.target, error)))
+        result.map_err(|error| {
+            RPCError::RemoteError(openraft::error::RemoteError::new(self.target, error))
+        })
     }
 }
 

@@ -5,9 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::{
-    Command, CoreError, LeaseId, Outcome, Reply, Request, StateMachine, WaiterId,
-};
+use baton_core::{Command, CoreError, LeaseId, Outcome, Reply, Request, StateMachine, WaiterId};
 use baton_store::{ApplyObserver, BatonNode, SharedState, StoreError, TypeConfig};
 use openraft::{Config, Raft, ServerState, SnapshotPolicy};
 use tokio::sync::watch;
@@ -357,7 +355,10 @@ async fn watch_leadership(node: Arc<Node>) {
         if leading_now && !was {
             node.clock.reset_all(&node.shared.read().machine);
             node.leading.store(true, Ordering::Release);
-            tracing::info!(node = node.config.node_id, "became leader; every lease restarts at a full TTL");
+            tracing::info!(
+                node = node.config.node_id,
+                "became leader; every lease restarts at a full TTL"
+            );
         } else if !leading_now && was {
             node.leading.store(false, Ordering::Release);
             tracing::info!(node = node.config.node_id, "no longer leader");
@@ -389,14 +390,21 @@ async fn run_lease_clock(node: Arc<Node>) {
                     .propose(Request::plain(Command::ExpireLease { lease_id }))
                     .await;
                 match outcome {
-                    Ok(Outcome { result: Ok(Reply::LeaseEnded { .. }), .. }) => {}
-                    Ok(Outcome { result: Err(CoreError::LeaseNotFound), .. }) => {}
+                    Ok(Outcome {
+                        result: Ok(Reply::LeaseEnded { .. }),
+                        ..
+                    }) => {}
+                    Ok(Outcome {
+                        result: Err(CoreError::LeaseNotFound),
+                        ..
+                    }) => {}
                     _ => node.clock.expiry_failed(lease_id),
                 }
             });
         }
         let due = node.read(|sm| sm.next_timer_ms());
-        if due.is_some_and(|at| at <= wall_clock_ms()) && !tick_pending.swap(true, Ordering::AcqRel) {
+        if due.is_some_and(|at| at <= wall_clock_ms()) && !tick_pending.swap(true, Ordering::AcqRel)
+        {
             let node = node.clone();
             let pending = tick_pending.clone();
             tokio::spawn(async move {

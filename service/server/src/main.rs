@@ -30,9 +30,11 @@ fn cluster_id(data_dir: &Path) -> anyhow::Result<String> {
     if let Ok(text) = std::fs::read_to_string(&path) {
         return Ok(text.trim().to_owned());
     }
-    std::fs::create_dir_all(data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
     let id = format!("{:032x}", rand_id());
-    std::fs::write(&path, format!("{id}\n")).with_context(|| format!("writing {}", path.display()))?;
+    std::fs::write(&path, format!("{id}\n"))
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(id)
 }
 

@@ -48,8 +48,18 @@ async fn start(data_dir: &Path, port: u16) -> Server {
     panic!("baton did not become ready");
 }
 
-async fn call(client: &reqwest::Client, method: reqwest::Method, url: String, body: Value) -> (u16, Value) {
-    let response = client.request(method, url).json(&body).send().await.unwrap();
+async fn call(
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    body: Value,
+) -> (u16, Value) {
+    let response = client
+        .request(method, url)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))
 }
@@ -61,7 +71,13 @@ async fn kill_9_loses_no_acknowledged_grant() {
     let client = reqwest::Client::new();
     let mut server = start(dir.path(), port).await;
     let base = server.base.clone();
-    let (status, lease) = call(&client, reqwest::Method::POST, format!("{base}/v1/leases"), json!({"ttl_ms": 120000, "holder": "crash-test"})).await;
+    let (status, lease) = call(
+        &client,
+        reqwest::Method::POST,
+        format!("{base}/v1/leases"),
+        json!({"ttl_ms": 120000, "holder": "crash-test"}),
+    )
+    .await;
     assert_eq!(status, 201);
     let lease_id = lease["lease_id"].as_str().unwrap().to_owned();
 
@@ -73,7 +89,13 @@ async fn kill_9_loses_no_acknowledged_grant() {
         let lease_id = lease_id.clone();
         tasks.push(tokio::spawn(async move {
             let name = format!("jobs/{i}");
-            let (status, body) = call(&client, reqwest::Method::POST, format!("{base}/v1/locks/{name}:acquire"), json!({"lease_id": lease_id})).await;
+            let (status, body) = call(
+                &client,
+                reqwest::Method::POST,
+                format!("{base}/v1/locks/{name}:acquire"),
+                json!({"lease_id": lease_id}),
+            )
+            .await;
             assert_eq!(status, 200, "{body}");
             (name, body["token"].as_u64().unwrap())
         }));
@@ -83,29 +105,86 @@ async fn kill_9_loses_no_acknowledged_grant() {
         grants.push(task.await.unwrap());
     }
     for i in 0..50 {
-        let (status, _) = call(&client, reqwest::Method::PUT, format!("{base}/v1/names/svc/{i}"), json!({"lease_id": lease_id, "value": {"i": i}})).await;
+        let (status, _) = call(
+            &client,
+            reqwest::Method::PUT,
+            format!("{base}/v1/names/svc/{i}"),
+            json!({"lease_id": lease_id, "value": {"i": i}}),
+        )
+        .await;
         assert_eq!(status, 201);
     }
-    let before: u64 = client.get(format!("{base}/v1/cluster")).send().await.unwrap().json::<Value>().await.unwrap()["applied_revision"].as_u64().unwrap();
+    let before: u64 = client
+        .get(format!("{base}/v1/cluster"))
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap()["applied_revision"]
+        .as_u64()
+        .unwrap();
 
     server.child.kill().unwrap();
     server.child.wait().unwrap();
 
     let mut server = start(dir.path(), port).await;
-    let after: u64 = client.get(format!("{base}/v1/cluster")).send().await.unwrap().json::<Value>().await.unwrap()["applied_revision"].as_u64().unwrap();
-    assert!(after >= before, "revision went back from {before} to {after}");
+    let after: u64 = client
+        .get(format!("{base}/v1/cluster"))
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap()["applied_revision"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        after >= before,
+        "revision went back from {before} to {after}"
+    );
     for (name, token) in &grants {
-        let lock: Value = client.get(format!("{base}/v1/locks/{name}")).send().await.unwrap().json().await.unwrap();
-        assert_eq!(lock["token"].as_u64(), Some(*token), "{name} lost its grant: {lock}");
+        let lock: Value = client
+            .get(format!("{base}/v1/locks/{name}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            lock["token"].as_u64(),
+            Some(*token),
+            "{name} lost its grant: {lock}"
+        );
     }
     for i in 0..50 {
-        let name: Value = client.get(format!("{base}/v1/names/svc/{i}")).send().await.unwrap().json().await.unwrap();
+        let name: Value = client
+            .get(format!("{base}/v1/names/svc/{i}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         assert_eq!(name["value"], json!({"i": i}));
     }
     // The lease survived (its TTL restarted in full) and new tokens are larger.
-    let (status, _) = call(&client, reqwest::Method::POST, format!("{base}/v1/leases/{lease_id}:keepalive"), Value::Null).await;
+    let (status, _) = call(
+        &client,
+        reqwest::Method::POST,
+        format!("{base}/v1/leases/{lease_id}:keepalive"),
+        Value::Null,
+    )
+    .await;
     assert_eq!(status, 200);
-    let (status, fresh) = call(&client, reqwest::Method::POST, format!("{base}/v1/locks/after-restart:acquire"), json!({"lease_id": lease_id})).await;
+    let (status, fresh) = call(
+        &client,
+        reqwest::Method::POST,
+        format!("{base}/v1/locks/after-restart:acquire"),
+        json!({"lease_id": lease_id}),
+    )
+    .await;
     assert_eq!(status, 200);
     let max_old = grants.iter().map(|(_, t)| *t).max().unwrap();
     assert!(fresh["token"].as_u64().unwrap() > max_old.max(before));
@@ -141,7 +220,13 @@ async fn a_client_that_hangs_up_while_waiting_leaves_the_queue() {
     let mut server = start(dir.path(), port).await;
     let base = server.base.clone();
     let client = reqwest::Client::new();
-    let (status, _) = call(&client, reqwest::Method::POST, format!("{base}/v1/locks/busy:acquire"), json!({"ttl_ms": 60000})).await;
+    let (status, _) = call(
+        &client,
+        reqwest::Method::POST,
+        format!("{base}/v1/locks/busy:acquire"),
+        json!({"ttl_ms": 60000}),
+    )
+    .await;
     assert_eq!(status, 200);
 
     let body = r#"{"wait_ms": 60000, "ttl_ms": 60000}"#;
@@ -153,7 +238,14 @@ async fn a_client_that_hangs_up_while_waiting_leaves_the_queue() {
     )
     .unwrap();
     let waiters = |client: reqwest::Client, base: String| async move {
-        let lock: Value = client.get(format!("{base}/v1/locks/busy")).send().await.unwrap().json().await.unwrap();
+        let lock: Value = client
+            .get(format!("{base}/v1/locks/busy"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         lock["waiters"].as_u64().unwrap()
     };
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -164,7 +256,10 @@ async fn a_client_that_hangs_up_while_waiting_leaves_the_queue() {
     drop(socket);
     let deadline = Instant::now() + Duration::from_secs(10);
     while waiters(client.clone(), base.clone()).await != 0 {
-        assert!(Instant::now() < deadline, "the waiter stayed queued after its client hung up");
+        assert!(
+            Instant::now() < deadline,
+            "the waiter stayed queued after its client hung up"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     server.child.kill().unwrap();

@@ -32,11 +32,15 @@ const FORMAT_V1: u8 = 1;
 
 /// Serializes `value` as the format byte plus postcard.
 pub(crate) fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>, StoreError> {
-    postcard::to_extend(value, vec![FORMAT_V1]).map_err(|source| StoreError::Encode { what, source })
+    postcard::to_extend(value, vec![FORMAT_V1])
+        .map_err(|source| StoreError::Encode { what, source })
 }
 
 /// Reverses [`encode`], refusing unknown versions and trailing bytes.
-pub(crate) fn decode<T: DeserializeOwned>(what: &'static str, bytes: &[u8]) -> Result<T, StoreError> {
+pub(crate) fn decode<T: DeserializeOwned>(
+    what: &'static str,
+    bytes: &[u8],
+) -> Result<T, StoreError> {
     let Some((&version, body)) = bytes.split_first() else {
         return Err(StoreError::UnknownFormat { what, version: 0 });
     };
@@ -46,7 +50,10 @@ pub(crate) fn decode<T: DeserializeOwned>(what: &'static str, bytes: &[u8]) -> R
     let (value, rest) =
         postcard::take_from_bytes(body).map_err(|source| StoreError::Decode { what, source })?;
     if !rest.is_empty() {
-        return Err(StoreError::TrailingBytes { what, extra: rest.len() });
+        return Err(StoreError::TrailingBytes {
+            what,
+            extra: rest.len(),
+        });
     }
     Ok(value)
 }
@@ -61,7 +68,9 @@ pub(crate) const LOG_KEY_END: [u8; 9] = [0xff; 9];
 
 /// The index a log key stands for.
 pub(crate) fn log_index(key: &[u8]) -> Result<u64, StoreError> {
-    let bytes: [u8; 8] = key.try_into().map_err(|_| StoreError::MalformedLogKey(key.len()))?;
+    let bytes: [u8; 8] = key
+        .try_into()
+        .map_err(|_| StoreError::MalformedLogKey(key.len()))?;
     Ok(u64::from_be_bytes(bytes))
 }
 
@@ -104,7 +113,10 @@ mod tests {
 
     #[test]
     fn blank_entry_round_trips() {
-        round_trip(&Entry { log_id: log_id(3, 7), payload: EntryPayload::Blank });
+        round_trip(&Entry {
+            log_id: log_id(3, 7),
+            payload: EntryPayload::Blank,
+        });
     }
 
     #[test]
@@ -121,12 +133,18 @@ mod tests {
                 Request::plain(Command::Tick),
             ],
         };
-        round_trip(&Entry { log_id: log_id(2, 9), payload: EntryPayload::Normal(batch) });
+        round_trip(&Entry {
+            log_id: log_id(2, 9),
+            payload: EntryPayload::Normal(batch),
+        });
     }
 
     #[test]
     fn membership_entry_round_trips() {
-        round_trip(&Entry { log_id: log_id(1, 1), payload: EntryPayload::Membership(membership()) });
+        round_trip(&Entry {
+            log_id: log_id(1, 1),
+            payload: EntryPayload::Membership(membership()),
+        });
     }
 
     #[test]
@@ -144,18 +162,27 @@ mod tests {
     fn unknown_versions_and_trailing_bytes_are_refused() {
         let mut bytes = encode("vote", &Vote::new(1, 1)).unwrap();
         bytes.push(0);
-        assert!(matches!(decode::<Vote>("vote", &bytes), Err(StoreError::TrailingBytes { .. })));
+        assert!(matches!(
+            decode::<Vote>("vote", &bytes),
+            Err(StoreError::TrailingBytes { .. })
+        ));
         bytes[0] = 9;
         assert!(matches!(
             decode::<Vote>("vote", &bytes),
             Err(StoreError::UnknownFormat { version: 9, .. })
         ));
-        assert!(matches!(decode::<Vote>("vote", &[]), Err(StoreError::UnknownFormat { version: 0, .. })));
+        assert!(matches!(
+            decode::<Vote>("vote", &[]),
+            Err(StoreError::UnknownFormat { version: 0, .. })
+        ));
     }
 
     #[test]
     fn log_keys_sort_by_index() {
-        let mut keys: Vec<[u8; 8]> = [300u64, 1, 256, 0, u64::MAX].iter().map(|i| log_key(*i)).collect();
+        let mut keys: Vec<[u8; 8]> = [300u64, 1, 256, 0, u64::MAX]
+            .iter()
+            .map(|i| log_key(*i))
+            .collect();
         keys.sort();
         let indexes: Vec<u64> = keys.iter().map(|k| log_index(k).unwrap()).collect();
         assert_eq!(indexes, vec![0, 1, 256, 300, u64::MAX]);

@@ -25,8 +25,10 @@ pub(crate) const KEY_SNAPSHOT: &[u8] = b"current";
 
 /// Opens (creating if needed) the database with all column families.
 pub(crate) fn open_db(path: &Path) -> Result<Arc<DB>, StoreError> {
-    std::fs::create_dir_all(path)
-        .map_err(|source| StoreError::CreateDir { path: path.to_path_buf(), source })?;
+    std::fs::create_dir_all(path).map_err(|source| StoreError::CreateDir {
+        path: path.to_path_buf(),
+        source,
+    })?;
 
     let mut opts = Options::default();
     opts.create_if_missing(true);
@@ -46,7 +48,8 @@ pub(crate) fn open_db(path: &Path) -> Result<Arc<DB>, StoreError> {
 
 /// Looks up a column family that [`open_db`] created.
 pub(crate) fn cf<'a>(db: &'a DB, name: &'static str) -> Result<&'a ColumnFamily, StoreError> {
-    db.cf_handle(name).ok_or(StoreError::MissingColumnFamily(name))
+    db.cf_handle(name)
+        .ok_or(StoreError::MissingColumnFamily(name))
 }
 
 /// Write options for writes that must be on disk before the call returns.

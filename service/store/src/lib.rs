@@ -30,8 +30,8 @@ pub use shared::{Applied, ApplyObserver, SharedState};
 pub use snapshot_builder::SnapshotBuilder;
 pub use state_machine_store::StateMachineStore;
 pub use type_config::{
-    BatonNode, Entry, EntryPayload, LogId, LogState, Membership, NodeId, Snapshot, SnapshotMeta, StorageError,
-    StorageResult, StoredMembership, TypeConfig, Vote,
+    BatonNode, Entry, EntryPayload, LogId, LogState, Membership, NodeId, Snapshot, SnapshotMeta,
+    StorageError, StorageResult, StoredMembership, TypeConfig, Vote,
 };
 
 /// Opens (creating if needed) the database in directory `path` and returns the

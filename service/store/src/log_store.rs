@@ -51,7 +51,9 @@ pub struct LogStore {
 
 impl Debug for LogStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LogStore").field("path", &self.db.path()).finish()
+        f.debug_struct("LogStore")
+            .field("path", &self.db.path())
+            .finish()
     }
 }
 
@@ -60,7 +62,11 @@ impl LogStore {
         LogStore { db }
     }
 
-    fn get_meta<T: DeserializeOwned>(&self, key: &[u8], what: &'static str) -> Result<Option<T>, StoreError> {
+    fn get_meta<T: DeserializeOwned>(
+        &self,
+        key: &[u8],
+        what: &'static str,
+    ) -> Result<Option<T>, StoreError> {
         let cf = db::cf(&self.db, CF_META)?;
         match self.db.get_pinned_cf(cf, key)? {
             Some(bytes) => Ok(Some(decode(what, &bytes)?)),
@@ -103,7 +109,10 @@ impl LogStore {
         // is the last log id; with none left the purge point is. `max` also
         // covers openraft's startup clean-up purging past the last entry's id.
         let last_log_id = std::cmp::max(self.last_present()?, last_purged_log_id.clone());
-        Ok(LogState { last_purged_log_id, last_log_id })
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
     }
 
     /// Entries with `start <= index < end` (`end == None`: to the last one).
@@ -111,7 +120,10 @@ impl LogStore {
         let cf = db::cf(&self.db, CF_LOG)?;
         let from = log_key(start);
         let mut entries = Vec::new();
-        for item in self.db.iterator_cf(cf, IteratorMode::From(&from, Direction::Forward)) {
+        for item in self
+            .db
+            .iterator_cf(cf, IteratorMode::From(&from, Direction::Forward))
+        {
             let (key, value) = item?;
             let index = codec::log_index(&key)?;
             if end.is_some_and(|end| index >= end) {
@@ -126,7 +138,11 @@ impl LogStore {
         let cf = db::cf(&self.db, CF_LOG)?;
         let mut batch = WriteBatch::default();
         for entry in entries {
-            batch.put_cf(cf, log_key(entry.log_id.index), encode("log entry", &entry)?);
+            batch.put_cf(
+                cf,
+                log_key(entry.log_id.index),
+                encode("log entry", &entry)?,
+            );
         }
         self.db.write_opt(batch, &db::synced())?;
         Ok(())
@@ -147,9 +163,15 @@ impl LogStore {
         // Recording the purge point and deleting the entries in one batch: a
         // crash leaves either both or neither, never entries missing below a
         // stale purge point (a hole).
-        batch.put_cf(meta_cf, KEY_LAST_PURGED, encode("last purged log id", &Some(log_id.clone()))?);
+        batch.put_cf(
+            meta_cf,
+            KEY_LAST_PURGED,
+            encode("last purged log id", log_id)?,
+        );
         match log_id.index.checked_add(1) {
-            Some(end) => batch.delete_range_cf(log_cf, log_key(0).as_slice(), log_key(end).as_slice()),
+            Some(end) => {
+                batch.delete_range_cf(log_cf, log_key(0).as_slice(), log_key(end).as_slice())
+            }
             None => batch.delete_range_cf(log_cf, log_key(0).as_slice(), LOG_KEY_END.as_slice()),
         }
         self.db.write_opt(batch, &db::synced())?;
@@ -207,17 +229,24 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_vote(&mut self) -> StorageResult<Option<Vote>> {
-        self.get_meta(KEY_VOTE, "vote").map_err(|e| StorageIOError::read_vote(&e).into())
+        self.get_meta(KEY_VOTE, "vote")
+            .map_err(|e| StorageIOError::read_vote(&e).into())
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> StorageResult<()> {
-        self.put_meta(KEY_COMMITTED, "committed log id", &committed, &WriteOptions::default())
-            .map_err(write_logs_err)
+        self.put_meta(
+            KEY_COMMITTED,
+            "committed log id",
+            &committed,
+            &WriteOptions::default(),
+        )
+        .map_err(write_logs_err)
     }
 
     async fn read_committed(&mut self) -> StorageResult<Option<LogId>> {
-        let committed: Option<Option<LogId>> =
-            self.get_meta(KEY_COMMITTED, "committed log id").map_err(read_logs_err)?;
+        let committed: Option<Option<LogId>> = self
+            .get_meta(KEY_COMMITTED, "committed log id")
+            .map_err(read_logs_err)?;
         Ok(committed.flatten())
     }
 

@@ -59,7 +59,11 @@ impl fmt::Debug for SharedState {
 impl SharedState {
     pub(crate) fn new(applied: Applied) -> Self {
         let (revision, _) = watch::channel(applied.machine.revision());
-        SharedState { applied: RwLock::new(applied), revision, observer: RwLock::new(None) }
+        SharedState {
+            applied: RwLock::new(applied),
+            revision,
+            observer: RwLock::new(None),
+        }
     }
 
     /// Read access to the applied state.
@@ -92,10 +96,16 @@ impl SharedState {
     }
 
     pub(crate) fn set_observer(&self, observer: Arc<dyn ApplyObserver>) {
-        *self.observer.write().unwrap_or_else(PoisonError::into_inner) = Some(observer);
+        *self
+            .observer
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(observer);
     }
 
     pub(crate) fn observer(&self) -> Option<Arc<dyn ApplyObserver>> {
-        self.observer.read().unwrap_or_else(PoisonError::into_inner).clone()
+        self.observer
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }

@@ -89,14 +89,20 @@ pub(crate) struct SnapshotStore {
 
 impl fmt::Debug for SnapshotStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SnapshotStore").field("seq", &self.seq.load(Ordering::Relaxed)).finish_non_exhaustive()
+        f.debug_struct("SnapshotStore")
+            .field("seq", &self.seq.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
     }
 }
 
 impl SnapshotStore {
     /// Opens the store and returns the current snapshot, if any.
     pub(crate) fn open(db: Arc<DB>) -> Result<(Self, Option<StoredSnapshot>), StoreError> {
-        let store = SnapshotStore { db, write_lock: Mutex::new(()), seq: AtomicU64::new(0) };
+        let store = SnapshotStore {
+            db,
+            write_lock: Mutex::new(()),
+            seq: AtomicU64::new(0),
+        };
         let current = store.load()?;
         if let Some(current) = &current {
             store.seq.store(current.seq, Ordering::Relaxed);
@@ -125,9 +131,16 @@ impl SnapshotStore {
 
     /// Makes `snapshot` the current one, synced. With `only_if_newer`, a stored
     /// snapshot covering more of the log is kept instead and `false` returned.
-    pub(crate) fn save(&self, snapshot: &StoredSnapshot, only_if_newer: bool) -> Result<bool, StoreError> {
+    pub(crate) fn save(
+        &self,
+        snapshot: &StoredSnapshot,
+        only_if_newer: bool,
+    ) -> Result<bool, StoreError> {
         let bytes = encode("stored snapshot", snapshot)?;
-        let _guard = self.write_lock.lock().unwrap_or_else(PoisonError::into_inner);
+        let _guard = self
+            .write_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if only_if_newer {
             if let Some(current) = self.load()? {
                 if current.meta.last_log_id > snapshot.meta.last_log_id {

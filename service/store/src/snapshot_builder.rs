@@ -41,12 +41,16 @@ impl SnapshotBuilder {
         if !self.snapshots.save(&stored, true)? {
             tracing::info!(snapshot = %stored.meta, "a newer snapshot is stored; not replacing it");
         }
-        Ok(Snapshot { meta: stored.meta, snapshot: Box::new(Cursor::new(stored.data)) })
+        Ok(Snapshot {
+            meta: stored.meta,
+            snapshot: Box::new(Cursor::new(stored.data)),
+        })
     }
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot> {
-        self.build().map_err(|e| StorageIOError::write_snapshot(None, &e).into())
+        self.build()
+            .map_err(|e| StorageIOError::write_snapshot(None, &e).into())
     }
 }

@@ -38,7 +38,9 @@ pub struct StateMachineStore {
 
 impl fmt::Debug for StateMachineStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StateMachineStore").field("shared", &self.shared).finish_non_exhaustive()
+        f.debug_struct("StateMachineStore")
+            .field("shared", &self.shared)
+            .finish_non_exhaustive()
     }
 }
 
@@ -48,13 +50,17 @@ impl StateMachineStore {
         let (snapshots, current) = SnapshotStore::open(db)?;
         let applied = match current {
             Some(stored) => {
-                let applied = SnapshotEnvelope::decode_for(&stored.meta, &stored.data)?.restore(&stored.meta)?;
+                let applied = SnapshotEnvelope::decode_for(&stored.meta, &stored.data)?
+                    .restore(&stored.meta)?;
                 tracing::info!(snapshot = %stored.meta, revision = applied.machine.revision(), "restored state from snapshot");
                 applied
             }
             None => Applied::default(),
         };
-        Ok(StateMachineStore { shared: Arc::new(SharedState::new(applied)), snapshots: Arc::new(snapshots) })
+        Ok(StateMachineStore {
+            shared: Arc::new(SharedState::new(applied)),
+            snapshots: Arc::new(snapshots),
+        })
     }
 
     /// The applied state, for readers and the raft layer.
@@ -70,7 +76,10 @@ impl StateMachineStore {
         self.shared.set_observer(observer);
     }
 
-    fn apply_entries(&self, entries: impl IntoIterator<Item = Entry>) -> Vec<Vec<baton_core::Outcome>> {
+    fn apply_entries(
+        &self,
+        entries: impl IntoIterator<Item = Entry>,
+    ) -> Vec<Vec<baton_core::Outcome>> {
         let mut replies = Vec::new();
         // The log index of each reply that came from a normal entry.
         let mut normal_index = Vec::new();
@@ -86,7 +95,8 @@ impl StateMachineStore {
                         applied.machine.apply_batch(&batch)
                     }
                     EntryPayload::Membership(membership) => {
-                        applied.membership = StoredMembership::new(Some(entry.log_id.clone()), membership);
+                        applied.membership =
+                            StoredMembership::new(Some(entry.log_id.clone()), membership);
                         Vec::new()
                     }
                 };
@@ -113,7 +123,14 @@ impl StateMachineStore {
         // good snapshot on disk.
         let applied = SnapshotEnvelope::decode_for(meta, &data)?.restore(meta)?;
         let (seq, _) = self.snapshots.next_id(meta.last_log_id.as_ref());
-        self.snapshots.save(&StoredSnapshot { seq, meta: meta.clone(), data }, false)?;
+        self.snapshots.save(
+            &StoredSnapshot {
+                seq,
+                meta: meta.clone(),
+                data,
+            },
+            false,
+        )?;
         let revision = applied.machine.revision();
         *self.shared.write() = applied;
         if let Some(observer) = self.shared.observer() {
@@ -124,10 +141,10 @@ impl StateMachineStore {
     }
 
     fn current_snapshot(&self) -> Result<Option<Snapshot>, StoreError> {
-        Ok(self
-            .snapshots
-            .load()?
-            .map(|stored| Snapshot { meta: stored.meta, snapshot: Box::new(Cursor::new(stored.data)) }))
+        Ok(self.snapshots.load()?.map(|stored| Snapshot {
+            meta: stored.meta,
+            snapshot: Box::new(Cursor::new(stored.data)),
+        }))
     }
 }
 
@@ -157,13 +174,18 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Ok(Box::new(Cursor::new(Vec::new())))
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<Cursor<Vec<u8>>>) -> StorageResult<()> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> StorageResult<()> {
         tracing::info!(snapshot = %meta, "installing snapshot");
         self.install(meta, snapshot.into_inner())
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e).into())
     }
 
     async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot>> {
-        self.current_snapshot().map_err(|e| StorageIOError::read_snapshot(None, &e).into())
+        self.current_snapshot()
+            .map_err(|e| StorageIOError::read_snapshot(None, &e).into())
     }
 }

@@ -34,10 +34,21 @@ async fn vote_log_snapshot_and_state_survive_a_restart() {
         log.blocking_append(first.clone()).await.unwrap();
         log.save_committed(Some(log_id(2, 5))).await.unwrap();
         let replies = sm.apply(first).await.unwrap();
-        assert_eq!(replies.iter().map(Vec::len).collect::<Vec<_>>(), vec![0, 0, 2, 1, 1]);
-        assert!(replies[2].iter().all(|outcome| outcome.result.is_ok()), "{replies:?}");
+        assert_eq!(
+            replies.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![0, 0, 2, 1, 1]
+        );
+        assert!(
+            replies[2].iter().all(|outcome| outcome.result.is_ok()),
+            "{replies:?}"
+        );
 
-        let snapshot = sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+        let snapshot = sm
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
         assert_eq!(snapshot.meta.last_log_id, Some(log_id(2, 5)));
         let snapshot_revision = sm.shared().read().machine.revision();
         assert!(snapshot_revision > 0);
@@ -45,7 +56,10 @@ async fn vote_log_snapshot_and_state_survive_a_restart() {
         // Openraft purges what a snapshot covers; keep a few entries.
         log.purge(log_id(2, 3)).await.unwrap();
 
-        let second = vec![normal(2, 6, lease_batch(2_000, &[15])), normal(2, 7, lease_batch(2_001, &[16, 17]))];
+        let second = vec![
+            normal(2, 6, lease_batch(2_000, &[15])),
+            normal(2, 7, lease_batch(2_001, &[16, 17])),
+        ];
         log.blocking_append(second.clone()).await.unwrap();
         sm.apply(second).await.unwrap();
         log.save_committed(Some(log_id(2, 7))).await.unwrap();
@@ -53,7 +67,12 @@ async fn vote_log_snapshot_and_state_survive_a_restart() {
         assert!(final_revision > snapshot_revision);
         let membership_after = sm.applied_state().await.unwrap().1;
 
-        (snapshot.meta, snapshot_revision, final_revision, membership_after)
+        (
+            snapshot.meta,
+            snapshot_revision,
+            final_revision,
+            membership_after,
+        )
     };
 
     let (mut log, mut sm) = baton_store::open(dir.path()).unwrap();
@@ -61,13 +80,25 @@ async fn vote_log_snapshot_and_state_survive_a_restart() {
     assert_eq!(log.read_committed().await.unwrap(), Some(log_id(2, 7)));
     assert_eq!(
         log.get_log_state().await.unwrap(),
-        LogState { last_purged_log_id: Some(log_id(2, 3)), last_log_id: Some(log_id(2, 7)) }
+        LogState {
+            last_purged_log_id: Some(log_id(2, 3)),
+            last_log_id: Some(log_id(2, 7))
+        }
     );
-    let indexes: Vec<u64> =
-        log.try_get_log_entries(..).await.unwrap().iter().map(|entry| entry.log_id.index).collect();
+    let indexes: Vec<u64> = log
+        .try_get_log_entries(..)
+        .await
+        .unwrap()
+        .iter()
+        .map(|entry| entry.log_id.index)
+        .collect();
     assert_eq!(indexes, vec![4, 5, 6, 7]);
 
-    let current = sm.get_current_snapshot().await.unwrap().expect("a stored snapshot");
+    let current = sm
+        .get_current_snapshot()
+        .await
+        .unwrap()
+        .expect("a stored snapshot");
     assert_eq!(current.meta, snapshot_meta);
 
     // Restored from the snapshot only: the state as of log index 5.
@@ -80,7 +111,10 @@ async fn vote_log_snapshot_and_state_survive_a_restart() {
     // What openraft does when a Raft is created on these stores: re-apply the
     // committed entries after the snapshot (6 and 7).
     let shared = sm.shared();
-    let state = StorageHelper::new(&mut log, &mut sm).get_initial_state().await.unwrap();
+    let state = StorageHelper::new(&mut log, &mut sm)
+        .get_initial_state()
+        .await
+        .unwrap();
     assert_eq!(state.committed.as_ref(), Some(&log_id(2, 7)));
     assert_eq!(shared.applied_index(), Some(7));
     assert_eq!(shared.read().machine.revision(), final_revision);
@@ -93,14 +127,28 @@ async fn truncate_removes_the_suffix_durably() {
     let dir = TempDir::new().unwrap();
     {
         let (mut log, _sm) = baton_store::open(dir.path()).unwrap();
-        log.blocking_append((1..=6).map(|i| blank(1, i))).await.unwrap();
+        log.blocking_append((1..=6).map(|i| blank(1, i)))
+            .await
+            .unwrap();
         log.truncate(log_id(1, 4)).await.unwrap();
         log.blocking_append([blank(2, 4)]).await.unwrap();
     }
     let (mut log, _sm) = baton_store::open(dir.path()).unwrap();
-    let ids: Vec<_> = log.try_get_log_entries(..).await.unwrap().into_iter().map(|e| e.log_id).collect();
-    assert_eq!(ids, vec![log_id(1, 1), log_id(1, 2), log_id(1, 3), log_id(2, 4)]);
-    assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(log_id(2, 4)));
+    let ids: Vec<_> = log
+        .try_get_log_entries(..)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.log_id)
+        .collect();
+    assert_eq!(
+        ids,
+        vec![log_id(1, 1), log_id(1, 2), log_id(1, 3), log_id(2, 4)]
+    );
+    assert_eq!(
+        log.get_log_state().await.unwrap().last_log_id,
+        Some(log_id(2, 4))
+    );
 }
 
 #[derive(Default)]
@@ -111,7 +159,10 @@ struct Recorder {
 
 impl ApplyObserver for Recorder {
     fn applied(&self, log_index: u64, outcomes: &[Outcome]) {
-        self.applied.lock().unwrap().push((log_index, outcomes.to_vec()));
+        self.applied
+            .lock()
+            .unwrap()
+            .push((log_index, outcomes.to_vec()));
     }
 
     fn snapshot_installed(&self, revision: u64) {
@@ -136,19 +187,35 @@ async fn observer_gets_every_normal_entry_in_order() {
         ])
         .await
         .unwrap();
-    let more = sm.apply([normal(1, 5, lease_batch(12, &[4]))]).await.unwrap();
+    let more = sm
+        .apply([normal(1, 5, lease_batch(12, &[4]))])
+        .await
+        .unwrap();
 
     let seen = recorder.applied.lock().unwrap().clone();
     assert_eq!(
         seen,
-        vec![(2, replies[1].clone()), (4, replies[3].clone()), (5, more[0].clone())],
+        vec![
+            (2, replies[1].clone()),
+            (4, replies[3].clone()),
+            (5, more[0].clone())
+        ],
         "only normal entries, in log order, with the outcomes openraft got"
     );
-    let outcome_revisions: Vec<u64> = seen.iter().flat_map(|(_, o)| o.iter().map(|o| o.revision)).collect();
-    assert!(outcome_revisions.windows(2).all(|w| w[0] < w[1]), "{outcome_revisions:?}");
+    let outcome_revisions: Vec<u64> = seen
+        .iter()
+        .flat_map(|(_, o)| o.iter().map(|o| o.revision))
+        .collect();
+    assert!(
+        outcome_revisions.windows(2).all(|w| w[0] < w[1]),
+        "{outcome_revisions:?}"
+    );
 
     assert!(revisions.has_changed().unwrap());
-    assert_eq!(*revisions.borrow_and_update(), sm.shared().read().machine.revision());
+    assert_eq!(
+        *revisions.borrow_and_update(),
+        sm.shared().read().machine.revision()
+    );
     assert_eq!(*revisions.borrow(), *outcome_revisions.last().unwrap());
     assert_eq!(sm.shared().applied_index(), Some(5));
 }
@@ -161,10 +228,19 @@ async fn installed_snapshot_replaces_state_and_is_announced() {
     let (_follower_log, mut follower) = baton_store::open(follower_dir.path()).unwrap();
 
     leader
-        .apply([membership(1, 1, &[1, 2, 3]), normal(1, 2, lease_batch(5, &[7, 8])), blank(2, 3)])
+        .apply([
+            membership(1, 1, &[1, 2, 3]),
+            normal(1, 2, lease_batch(5, &[7, 8])),
+            blank(2, 3),
+        ])
         .await
         .unwrap();
-    let built = leader.get_snapshot_builder().await.build_snapshot().await.unwrap();
+    let built = leader
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
     let leader_revision = leader.shared().read().machine.revision();
 
     // A builder taken before the install: its (older) build must not replace
@@ -177,16 +253,25 @@ async fn installed_snapshot_replaces_state_and_is_announced() {
 
     let mut received = follower.begin_receiving_snapshot().await.unwrap();
     *received = *built.snapshot.clone();
-    follower.install_snapshot(&built.meta, received).await.unwrap();
+    follower
+        .install_snapshot(&built.meta, received)
+        .await
+        .unwrap();
 
     assert_eq!(*recorder.installed.lock().unwrap(), vec![leader_revision]);
     assert_eq!(follower.shared().read().machine.revision(), leader_revision);
-    assert_eq!(follower.shared().read().machine, leader.shared().read().machine);
+    assert_eq!(
+        follower.shared().read().machine,
+        leader.shared().read().machine
+    );
     let (applied, membership) = follower.applied_state().await.unwrap();
     assert_eq!(applied, Some(log_id(2, 3)));
     assert_eq!(membership.log_id(), &Some(log_id(1, 1)));
     assert_eq!((applied, membership), leader.applied_state().await.unwrap());
-    assert_eq!(*follower.shared().subscribe_applied().borrow(), leader_revision);
+    assert_eq!(
+        *follower.shared().subscribe_applied().borrow(),
+        leader_revision
+    );
 
     let stale = stale_builder.build_snapshot().await.unwrap();
     assert_eq!(stale.meta.last_log_id, Some(log_id(1, 1)));
@@ -199,6 +284,12 @@ async fn installed_snapshot_replaces_state_and_is_announced() {
     wrong_meta.last_log_id = Some(log_id(2, 9));
     let mut received = follower.begin_receiving_snapshot().await.unwrap();
     *received = *built.snapshot.clone();
-    assert!(follower.install_snapshot(&wrong_meta, received).await.is_err());
-    assert_eq!(follower.get_current_snapshot().await.unwrap().unwrap().meta, built.meta);
+    assert!(follower
+        .install_snapshot(&wrong_meta, received)
+        .await
+        .is_err());
+    assert_eq!(
+        follower.get_current_snapshot().await.unwrap().unwrap().meta,
+        built.meta
+    );
 }

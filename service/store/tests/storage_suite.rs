@@ -12,7 +12,8 @@ struct RocksBuilder;
 impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for RocksBuilder {
     async fn build(&self) -> Result<(TempDir, LogStore, StateMachineStore), StorageError> {
         let dir = TempDir::new().map_err(|e| StorageIOError::write(AnyError::new(&e)))?;
-        let (log, sm) = baton_store::open(dir.path()).map_err(|e| StorageIOError::write(AnyError::new(&e)))?;
+        let (log, sm) =
+            baton_store::open(dir.path()).map_err(|e| StorageIOError::write(AnyError::new(&e)))?;
         Ok((dir, log, sm))
     }
 }

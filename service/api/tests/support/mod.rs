@@ -61,7 +61,9 @@ impl Reply {
         self.body["code"].as_str().unwrap_or("")
     }
     pub fn header(&self, name: &str) -> Option<String> {
-        self.headers.get(name).map(|v| v.to_str().unwrap().to_owned())
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
     }
 }
 
@@ -76,9 +78,14 @@ where
     let body = if bytes.is_empty() {
         Value::Null
     } else {
-        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
     };
-    Reply { status, body, headers }
+    Reply {
+        status,
+        body,
+        headers,
+    }
 }
 
 pub async fn post<S>(app: &S, path: &str, body: Value) -> Reply
@@ -99,7 +106,12 @@ pub async fn lease<S>(app: &S, ttl_ms: u64) -> String
 where
     S: Service<Request, Response = ServiceResponse, Error = Error>,
 {
-    let reply = post(app, "/v1/leases", serde_json::json!({"ttl_ms": ttl_ms, "holder": "test"})).await;
+    let reply = post(
+        app,
+        "/v1/leases",
+        serde_json::json!({"ttl_ms": ttl_ms, "holder": "test"}),
+    )
+    .await;
     assert_eq!(reply.status, 201, "{:?}", reply.body);
     reply.body["lease_id"].as_str().unwrap().to_owned()
 }

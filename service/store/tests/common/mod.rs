@@ -32,16 +32,25 @@ pub fn lease_batch(now_ms: u64, lease_ids: &[u128]) -> Batch {
 
 /// A normal entry carrying `batch`.
 pub fn normal(term: u64, index: u64, batch: Batch) -> Entry {
-    Entry { log_id: log_id(term, index), payload: EntryPayload::Normal(batch) }
+    Entry {
+        log_id: log_id(term, index),
+        payload: EntryPayload::Normal(batch),
+    }
 }
 
 /// A blank entry.
 pub fn blank(term: u64, index: u64) -> Entry {
-    Entry { log_id: log_id(term, index), payload: EntryPayload::Blank }
+    Entry {
+        log_id: log_id(term, index),
+        payload: EntryPayload::Blank,
+    }
 }
 
 /// A membership entry with voters `voters` (no node addresses).
 pub fn membership(term: u64, index: u64, voters: &[u64]) -> Entry {
     let config = BTreeSet::from_iter(voters.iter().copied());
-    Entry { log_id: log_id(term, index), payload: EntryPayload::Membership(Membership::new(vec![config], ())) }
+    Entry {
+        log_id: log_id(term, index),
+        payload: EntryPayload::Membership(Membership::new(vec![config], ())),
+    }
 }
