@@ -1,23 +1,20 @@
 //! `/v1/elections`: campaign (with FIFO candidate queue), proclaim, resign, inspect.
 
-use std::time::Duration;
-
 use actix_web::web;
 use actix_web::{HttpRequest, HttpResponse};
-use baton_core::{Command, CoreError, EndReason, Grant, LeaseRef, Reply, Request};
+use baton_core::{Command, CoreError, EndReason, Grant, Reply, Request};
 use baton_raft::{Node, QueueKind, WaitEnd, Waited};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::disconnect::client_gone;
 use crate::error::{ApiError, Problem};
 use crate::locks::checked_wait;
 use crate::request::{
     checked_name, idempotency_key, parse_lease_id, parse_required_body, read_body, settle_read,
     ReadQuery,
 };
-use crate::respond::{applied, propose, unexpected, Answer};
+use crate::respond::{applied, lease_ref, propose, propose_waiting, unexpected, Answer};
 use crate::state::ApiState;
 
 /// Body of `:campaign`.
@@ -166,13 +163,7 @@ pub async fn campaign(
     let name = checked_name(&path)?;
     let input: CampaignBody = parse_required_body(&body)?;
     let wait_ms = checked_wait(&state, input.wait_ms)?;
-    let lease = match &input.lease_id {
-        Some(text) => LeaseRef::Existing(parse_lease_id(text)?),
-        None => LeaseRef::New {
-            lease_id: Node::new_lease_id(),
-            ttl_ms: input.ttl_ms.unwrap_or(state.settings.default_ttl_ms),
-        },
-    };
+    let lease = lease_ref(&state, input.lease_id.as_deref(), input.ttl_ms)?;
     let waiter = (wait_ms > 0).then(Node::new_waiter_id);
     let request = Request {
         idempotency: idempotency_key(&http, &body)?,
@@ -184,22 +175,15 @@ pub async fn campaign(
             waiter,
         },
     };
-    let waited = match waiter {
-        None => Waited::Immediate(state.node.propose(request).await?),
-        Some(waiter) => {
-            let wait = state.node.propose_and_wait(
-                request,
-                QueueKind::Election(name.clone()),
-                waiter,
-                Duration::from_millis(wait_ms),
-            );
-            // A client that goes away drops the wait, which leaves the queue.
-            tokio::select! {
-                waited = wait => waited?,
-                () = client_gone(&http) => return Err(ApiError::ClientGone),
-            }
-        }
-    };
+    let waited = propose_waiting(
+        &state,
+        &http,
+        request,
+        QueueKind::Election(name.clone()),
+        waiter,
+        wait_ms,
+    )
+    .await?;
     match waited {
         Waited::Immediate(outcome) => {
             let done = applied(outcome)?;

@@ -1,21 +1,18 @@
 //! `/v1/locks`: acquire (with FIFO wait), renew, release, validate, inspect, list.
 
-use std::time::Duration;
-
 use actix_web::web;
 use actix_web::{HttpRequest, HttpResponse};
-use baton_core::{Command, CoreError, EndReason, Grant, LeaseRef, LockView, Reply, Request};
+use baton_core::{Command, CoreError, EndReason, Grant, LockView, Reply, Request};
 use baton_raft::{Node, QueueKind, WaitEnd, Waited};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::disconnect::client_gone;
 use crate::error::{ApiError, Problem};
 use crate::request::{
     checked_name, encode_page_token, idempotency_key, parse_body, parse_lease_id,
     parse_required_body, read_body, settle_read, ListQuery, ReadQuery,
 };
-use crate::respond::{applied, propose, unexpected, Answer};
+use crate::respond::{applied, lease_ref, propose, propose_waiting, unexpected, Answer};
 use crate::state::ApiState;
 
 /// Body of `:acquire`.
@@ -193,13 +190,7 @@ pub async fn acquire(
     let name = checked_name(&path)?;
     let input: AcquireBody = parse_body(&body)?;
     let wait_ms = checked_wait(&state, input.wait_ms)?;
-    let lease = match &input.lease_id {
-        Some(text) => LeaseRef::Existing(parse_lease_id(text)?),
-        None => LeaseRef::New {
-            lease_id: Node::new_lease_id(),
-            ttl_ms: input.ttl_ms.unwrap_or(state.settings.default_ttl_ms),
-        },
-    };
+    let lease = lease_ref(&state, input.lease_id.as_deref(), input.ttl_ms)?;
     let waiter = (wait_ms > 0).then(Node::new_waiter_id);
     let request = Request {
         idempotency: idempotency_key(&http, &body)?,
@@ -211,22 +202,15 @@ pub async fn acquire(
             lock_delay_ms: input.lock_delay_ms.unwrap_or(0),
         },
     };
-    let waited = match waiter {
-        None => Waited::Immediate(state.node.propose(request).await?),
-        Some(waiter) => {
-            let wait = state.node.propose_and_wait(
-                request,
-                QueueKind::Lock(name.clone()),
-                waiter,
-                Duration::from_millis(wait_ms),
-            );
-            // A client that goes away drops the wait, which leaves the queue.
-            tokio::select! {
-                waited = wait => waited?,
-                () = client_gone(&http) => return Err(ApiError::ClientGone),
-            }
-        }
-    };
+    let waited = propose_waiting(
+        &state,
+        &http,
+        request,
+        QueueKind::Lock(name.clone()),
+        waiter,
+        wait_ms,
+    )
+    .await?;
     match waited {
         Waited::Immediate(outcome) => {
             let done = applied(outcome)?;

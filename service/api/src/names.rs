@@ -3,8 +3,7 @@
 use actix_web::http::StatusCode;
 use actix_web::web;
 use actix_web::{HttpRequest, HttpResponse};
-use baton_core::{Command, CoreError, LeaseRef, NameView, Reply};
-use baton_raft::Node;
+use baton_core::{Command, CoreError, NameView, Reply};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -14,7 +13,7 @@ use crate::request::{
     checked_name, encode_page_token, parse_lease_id, parse_required_body, read_body, settle_read,
     ListQuery, ReadQuery,
 };
-use crate::respond::{applied, propose, unexpected, Answer};
+use crate::respond::{applied, lease_ref, propose, unexpected, Answer};
 use crate::state::ApiState;
 
 /// Body of `PUT /v1/names/{name}`.
@@ -118,13 +117,7 @@ pub async fn register(
     let body = read_body(payload).await?;
     let name = checked_name(&path)?;
     let input: RegisterBody = parse_required_body(&body)?;
-    let lease = match &input.lease_id {
-        Some(text) => LeaseRef::Existing(parse_lease_id(text)?),
-        None => LeaseRef::New {
-            lease_id: Node::new_lease_id(),
-            ttl_ms: input.ttl_ms.unwrap_or(state.settings.default_ttl_ms),
-        },
-    };
+    let lease = lease_ref(&state, input.lease_id.as_deref(), input.ttl_ms)?;
     let command = Command::Register {
         name,
         lease,

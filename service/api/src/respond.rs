@@ -109,3 +109,47 @@ pub fn unexpected(reply: &Reply) -> ApiError {
         retry_after: std::time::Duration::from_secs(1),
     })
 }
+
+/// The lease a new holding hangs on: the caller's, or one created for this holding
+/// alone (revoked with it) when the request names none.
+pub fn lease_ref(
+    state: &ApiState,
+    lease_id: Option<&str>,
+    ttl_ms: Option<u64>,
+) -> Result<baton_core::LeaseRef, ApiError> {
+    Ok(match lease_id {
+        Some(text) => baton_core::LeaseRef::Existing(crate::request::parse_lease_id(text)?),
+        None => baton_core::LeaseRef::New {
+            lease_id: baton_raft::Node::new_lease_id(),
+            ttl_ms: ttl_ms.unwrap_or(state.settings.default_ttl_ms),
+        },
+    })
+}
+
+/// Proposes a request that may queue (`waiter` is `Some` when `wait_ms > 0`) and
+/// waits for its grant; a client that goes away drops the wait, which leaves the
+/// queue through the log.
+pub async fn propose_waiting(
+    state: &ApiState,
+    http: &HttpRequest,
+    request: Request,
+    kind: baton_raft::QueueKind,
+    waiter: Option<baton_core::WaiterId>,
+    wait_ms: u64,
+) -> Result<baton_raft::Waited, ApiError> {
+    let Some(waiter) = waiter else {
+        return Ok(baton_raft::Waited::Immediate(
+            state.node.propose(request).await?,
+        ));
+    };
+    let wait = state.node.propose_and_wait(
+        request,
+        kind,
+        waiter,
+        std::time::Duration::from_millis(wait_ms),
+    );
+    tokio::select! {
+        waited = wait => Ok(waited?),
+        () = crate::disconnect::client_gone(http) => Err(ApiError::ClientGone),
+    }
+}

@@ -50,7 +50,10 @@ fn operation_ids_are_unique() {
     let mut seen = std::collections::BTreeSet::new();
     for (path, item) in spec["paths"].as_object().unwrap() {
         for (method, operation) in item.as_object().unwrap() {
-            let id = operation["operationId"].as_str().unwrap_or_default().to_owned();
+            let id = operation["operationId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
             assert!(!id.is_empty(), "{method} {path} has no operationId");
             assert!(seen.insert(id.clone()), "operationId {id} is used twice");
         }

@@ -81,6 +81,19 @@ async fn kill_9_loses_no_acknowledged_grant() {
     assert_eq!(status, 201);
     let lease_id = lease["lease_id"].as_str().unwrap().to_owned();
 
+    let commit_index = |client: reqwest::Client, base: String| async move {
+        let cluster: Value = client
+            .get(format!("{base}/v1/cluster"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        cluster["commit_index"].as_u64().unwrap()
+    };
+    let entries_before = commit_index(client.clone(), base.clone()).await;
+
     // A few hundred grants, concurrently so that batches carry many of them.
     let mut tasks = Vec::new();
     for i in 0..300 {
@@ -104,6 +117,12 @@ async fn kill_9_loses_no_acknowledged_grant() {
     for task in tasks {
         grants.push(task.await.unwrap());
     }
+    // Concurrent requests share log entries (and fsyncs): fewer entries than grants.
+    let entries = commit_index(client.clone(), base.clone()).await - entries_before;
+    assert!(
+        entries < 300,
+        "300 concurrent grants took {entries} log entries: no batching"
+    );
     for i in 0..50 {
         let (status, _) = call(
             &client,

@@ -108,7 +108,7 @@ impl LogStore {
         // Entries present are after the purge point, so the last one (if any)
         // is the last log id; with none left the purge point is. `max` also
         // covers openraft's startup clean-up purging past the last entry's id.
-        let last_log_id = std::cmp::max(self.last_present()?, last_purged_log_id.clone());
+        let last_log_id = std::cmp::max(self.last_present()?, last_purged_log_id);
         Ok(LogState {
             last_purged_log_id,
             last_log_id,

@@ -31,7 +31,7 @@ impl SnapshotEnvelope {
     /// Captures `applied` (serializing the state machine).
     pub(crate) fn of(applied: &Applied) -> Self {
         SnapshotEnvelope {
-            last_applied: applied.last_applied.clone(),
+            last_applied: applied.last_applied,
             membership: applied.membership.clone(),
             machine: applied.machine.to_snapshot(),
         }
@@ -59,7 +59,7 @@ impl SnapshotEnvelope {
         let machine = StateMachine::from_snapshot(&self.machine).map_err(StoreError::Restore)?;
         Ok(Applied {
             machine,
-            last_applied: meta.last_log_id.clone(),
+            last_applied: meta.last_log_id,
             membership: meta.last_membership.clone(),
         })
     }

@@ -30,7 +30,7 @@ impl SnapshotBuilder {
         let data = SnapshotEnvelope::of(&self.view).encode()?;
         let (seq, snapshot_id) = self.snapshots.next_id(self.view.last_applied.as_ref());
         let meta = SnapshotMeta {
-            last_log_id: self.view.last_applied.clone(),
+            last_log_id: self.view.last_applied,
             last_membership: self.view.membership.clone(),
             snapshot_id,
         };

@@ -96,7 +96,7 @@ impl StateMachineStore {
                     }
                     EntryPayload::Membership(membership) => {
                         applied.membership =
-                            StoredMembership::new(Some(entry.log_id.clone()), membership);
+                            StoredMembership::new(Some(entry.log_id), membership);
                         Vec::new()
                     }
                 };
@@ -153,7 +153,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 
     async fn applied_state(&mut self) -> StorageResult<(Option<LogId>, StoredMembership)> {
         let applied = self.shared.read();
-        Ok((applied.last_applied.clone(), applied.membership.clone()))
+        Ok((applied.last_applied, applied.membership.clone()))
     }
 
     async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<Vec<baton_core::Outcome>>>

@@ -19,6 +19,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for RocksBui
 }
 
 #[test]
-fn openraft_storage_suite_passes() -> Result<(), StorageError> {
-    Suite::test_all(RocksBuilder)
+fn openraft_storage_suite_passes() {
+    if let Err(e) = Suite::test_all(RocksBuilder) {
+        panic!("openraft storage suite failed: {e}");
+    }
 }
