@@ -168,7 +168,7 @@ pub fn encode_page_token(name: &str) -> String {
 
 fn decode_page_token(token: &str) -> Result<String, ApiError> {
     let bad = || ApiError::InvalidQuery("page_token is not one this server issued".into());
-    if token.len() % 2 != 0 {
+    if !token.len().is_multiple_of(2) {
         return Err(bad());
     }
     let bytes = (0..token.len())
@@ -176,6 +176,21 @@ fn decode_page_token(token: &str) -> Result<String, ApiError> {
         .map(|i| u8::from_str_radix(token.get(i..i + 2).unwrap_or("zz"), 16).map_err(|_| bad()))
         .collect::<Result<Vec<u8>, ApiError>>()?;
     String::from_utf8(bytes).map_err(|_| bad())
+}
+
+/// Reads a request body, refusing (with problem+json, not a dropped connection)
+/// anything over [`MAX_BODY_BYTES`].
+pub async fn read_body(mut payload: actix_web::web::Payload) -> Result<Bytes, ApiError> {
+    use futures_util::StreamExt;
+    let mut body = actix_web::web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|error| ApiError::InvalidBody(error.to_string()))?;
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(ApiError::BodyTooLarge(MAX_BODY_BYTES));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
 }
 
 #[cfg(test)]
@@ -209,19 +224,4 @@ mod tests {
             fingerprint(&[b"PUT", b"/a", b"{}"])
         );
     }
-}
-
-/// Reads a request body, refusing (with problem+json, not a dropped connection)
-/// anything over [`MAX_BODY_BYTES`].
-pub async fn read_body(mut payload: actix_web::web::Payload) -> Result<Bytes, ApiError> {
-    use futures_util::StreamExt;
-    let mut body = actix_web::web::BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|error| ApiError::InvalidBody(error.to_string()))?;
-        if body.len() + chunk.len() > MAX_BODY_BYTES {
-            return Err(ApiError::BodyTooLarge(MAX_BODY_BYTES));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body.freeze())
 }

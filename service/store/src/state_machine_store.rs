@@ -95,8 +95,7 @@ impl StateMachineStore {
                         applied.machine.apply_batch(&batch)
                     }
                     EntryPayload::Membership(membership) => {
-                        applied.membership =
-                            StoredMembership::new(Some(entry.log_id), membership);
+                        applied.membership = StoredMembership::new(Some(entry.log_id), membership);
                         Vec::new()
                     }
                 };
