@@ -6,16 +6,22 @@
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/baton-target
 CARGO ?= cargo
 
-.PHONY: setup run build test test-rust test-openapi openapi lint fmt clean-data
+.PHONY: setup run build release test test-rust test-openapi openapi lint fmt clean-data
 
 setup:
 	@.ci/setup
 
+# The same build as the tests (workspace, every target): a `-p` or `--release`
+# build would compile RocksDB again (see ARCHITECTURE.md). Dependencies are
+# optimised in this profile; `make release` builds the fully optimised binary.
 build: setup
-	$(CARGO) build --release -p baton
+	$(CARGO) build --workspace --all-targets
 
 run: build
-	$(CARGO_TARGET_DIR)/release/baton serve
+	$(CARGO_TARGET_DIR)/debug/baton serve
+
+release: setup
+	$(CARGO) build --release --workspace
 
 test: setup test-rust test-openapi
 
