@@ -128,8 +128,7 @@ fn elected_answer(grant: Grant, value: &str, replayed: bool) -> HttpResponse {
         lease_id: grant.lease_id.to_string(),
         value: json_value(value),
     };
-    let mut answer = Answer::ok(body, token).with_token(token);
-    answer.replayed = replayed;
+    let answer = Answer::ok(body, token).with_token(token).replay(replayed);
     answer.into_response()
 }
 
@@ -230,7 +229,7 @@ pub async fn proclaim(
     let Reply::Proclaimed { name, token, value } = done.reply else {
         return Err(unexpected(&done.reply));
     };
-    let mut answer = Answer::ok(
+    let answer = Answer::ok(
         Proclaimed {
             name,
             token,
@@ -238,8 +237,8 @@ pub async fn proclaim(
             revision: done.revision,
         },
         done.revision,
-    );
-    answer.replayed = done.replayed;
+    )
+    .replay(done.replayed);
     Ok(answer.into_response())
 }
 
@@ -271,8 +270,7 @@ pub async fn resign(
     if !matches!(done.reply, Reply::Resigned) {
         return Err(unexpected(&done.reply));
     }
-    let mut answer = Answer::ok(Resigned { resigned: true }, done.revision);
-    answer.replayed = done.replayed;
+    let answer = Answer::ok(Resigned { resigned: true }, done.revision).replay(done.replayed);
     Ok(answer.into_response())
 }
 

@@ -120,9 +120,9 @@ pub async fn create(
             revision: done.revision,
         },
         done.revision,
-    );
+    )
+    .replay(done.replayed);
     answer.status = StatusCode::CREATED;
-    answer.replayed = done.replayed;
     Ok(answer.into_response())
 }
 
@@ -212,7 +212,6 @@ pub async fn revoke(
             elections: released.elections,
         },
     };
-    let mut answer = Answer::ok(body, done.revision);
-    answer.replayed = done.replayed;
+    let answer = Answer::ok(body, done.revision).replay(done.replayed);
     Ok(answer.into_response())
 }

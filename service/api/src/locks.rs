@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 
 use crate::error::{ApiError, Problem};
 use crate::request::{
-    checked_name, encode_page_token, idempotency_key, parse_body, parse_lease_id,
+    checked_name, idempotency_key, next_page_token, parse_body, parse_lease_id,
     parse_required_body, read_body, settle_read, ListQuery, ReadQuery,
 };
 use crate::respond::{applied, lease_ref, propose, propose_waiting, unexpected, Answer};
@@ -145,8 +145,9 @@ fn grant_answer(grant: Grant, revision: u64, replayed: bool) -> HttpResponse {
         holder: grant.holder,
         revision,
     };
-    let mut answer = Answer::ok(body, revision).with_token(token);
-    answer.replayed = replayed;
+    let answer = Answer::ok(body, revision)
+        .with_token(token)
+        .replay(replayed);
     answer.into_response()
 }
 
@@ -302,14 +303,14 @@ pub async fn release(
     if !matches!(done.reply, Reply::LockReleased) {
         return Err(unexpected(&done.reply));
     }
-    let mut answer = Answer::ok(
+    let answer = Answer::ok(
         LockReleased {
             released: true,
             revision: done.revision,
         },
         done.revision,
-    );
-    answer.replayed = done.replayed;
+    )
+    .replay(done.replayed);
     Ok(answer.into_response())
 }
 
@@ -377,9 +378,8 @@ pub async fn list(
     let (views, revision) = state
         .node
         .read(|sm| (sm.locks(&prefix, after.as_deref(), limit), sm.revision()));
-    let next_page_token = (views.len() == limit)
-        .then(|| views.last().map(|v| encode_page_token(&v.name)))
-        .flatten();
+    let next_page_token =
+        next_page_token(views.last().map(|v| v.name.as_str()), views.len(), limit);
     let items = views.into_iter().map(LockInfo::from).collect();
     Ok(Answer::ok(
         LockPage {

@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use crate::error::{ApiError, Problem};
 use crate::request::{
-    checked_name, encode_page_token, parse_lease_id, parse_required_body, read_body, settle_read,
+    checked_name, next_page_token, parse_lease_id, parse_required_body, read_body, settle_read,
     ListQuery, ReadQuery,
 };
 use crate::respond::{applied, lease_ref, propose, unexpected, Answer};
@@ -141,11 +141,12 @@ pub async fn register(
         lease_id: grant.lease_id.to_string(),
         revision: done.revision,
     };
-    let mut answer = Answer::ok(body, done.revision).with_token(token);
+    let mut answer = Answer::ok(body, done.revision)
+        .with_token(token)
+        .replay(done.replayed);
     if created {
         answer.status = StatusCode::CREATED;
     }
-    answer.replayed = done.replayed;
     Ok(answer.into_response())
 }
 
@@ -194,8 +195,8 @@ pub async fn unregister(
     if !matches!(done.reply, Reply::NameUnregistered) {
         return Err(unexpected(&done.reply));
     }
-    let mut answer = Answer::ok(Unregistered { unregistered: true }, done.revision);
-    answer.replayed = done.replayed;
+    let answer =
+        Answer::ok(Unregistered { unregistered: true }, done.revision).replay(done.replayed);
     Ok(answer.into_response())
 }
 
@@ -217,9 +218,8 @@ pub async fn list(
     let (views, revision) = state
         .node
         .read(|sm| (sm.names(&prefix, after.as_deref(), limit), sm.revision()));
-    let next_page_token = (views.len() == limit)
-        .then(|| views.last().map(|v| encode_page_token(&v.name)))
-        .flatten();
+    let next_page_token =
+        next_page_token(views.last().map(|v| v.name.as_str()), views.len(), limit);
     let items = views.into_iter().map(NameInfo::from).collect();
     Ok(Answer::ok(
         NamePage {

@@ -161,6 +161,14 @@ impl ListQuery {
     }
 }
 
+/// The token of the page after one that ended at `last`: none when the page was
+/// not full (there is nothing after it).
+pub fn next_page_token(last: Option<&str>, len: usize, limit: usize) -> Option<String> {
+    (len == limit)
+        .then(|| last.map(encode_page_token))
+        .flatten()
+}
+
 /// Page tokens are hex-encoded names: opaque to clients, safe in any URL.
 pub fn encode_page_token(name: &str) -> String {
     name.bytes().map(|b| format!("{b:02x}")).collect()

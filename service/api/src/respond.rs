@@ -48,6 +48,12 @@ impl<T: Serialize> Answer<T> {
         self
     }
 
+    /// Marks the answer as replayed for a retried idempotency key.
+    pub fn replay(mut self, replayed: bool) -> Self {
+        self.replayed = replayed;
+        self
+    }
+
     /// Renders the response.
     pub fn into_response(self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status);
