@@ -82,12 +82,16 @@ impl LeaseClock {
         }
     }
 
-    /// Moves a lease's deadline to a full TTL from now. `None` if unknown here.
+    /// Moves a lease's deadline to a full TTL from now. `None` if unknown here or
+    /// if its expiry has already been proposed: that proposal will commit, so a
+    /// keepalive acknowledged now would promise a lease that is about to end.
     pub fn keep_alive(&self, lease_id: LeaseId) -> Option<Duration> {
         let mut deadlines = self.lock();
         let deadline = deadlines.get_mut(&lease_id)?;
+        if deadline.expiring {
+            return None;
+        }
         deadline.at = Instant::now() + deadline.ttl;
-        deadline.expiring = false;
         Some(deadline.ttl)
     }
 
@@ -210,5 +214,29 @@ mod tests {
         }]);
         assert!(clock.is_empty());
         assert_eq!(clock.keep_alive(LeaseId(1)), None);
+    }
+
+    /// Found by the chaos harness (seed 6, leader SIGSTOPped while a renew
+    /// waited): a keepalive arriving after the expiry was proposed used to
+    /// "rescue" the deadline and answer 200, then the expiry committed.
+    #[tokio::test(start_paused = true)]
+    async fn a_keepalive_after_the_expiry_was_proposed_is_refused() {
+        let clock = LeaseClock::default();
+        clock.on_events(&[created(1, 1_000)]);
+        tokio::time::advance(Duration::from_millis(1_001)).await;
+        assert_eq!(clock.take_expired(), vec![LeaseId(1)]);
+        assert_eq!(
+            clock.keep_alive(LeaseId(1)),
+            None,
+            "its expiry is in flight"
+        );
+        // If the expiry proposal fails (leadership lost), the lease is live again
+        // and may be kept alive and expired later.
+        clock.expiry_failed(LeaseId(1));
+        assert_eq!(
+            clock.keep_alive(LeaseId(1)),
+            Some(Duration::from_millis(1_000))
+        );
+        assert!(clock.take_expired().is_empty());
     }
 }

@@ -63,12 +63,7 @@ impl Node {
             LeaderAnswer::ReadIndex(index) => index,
             other => return Err(unexpected(&other)),
         };
-        self.raft
-            .wait(Some(self.config.leader_wait()))
-            .applied_index_at_least(Some(index), "linearizable read")
-            .await
-            .map(|_| ())
-            .map_err(|_| RaftLayerError::unavailable("this replica did not catch up in time"))
+        self.caught_up_to(index).await
     }
 
     /// Moves a lease's deadline to a full TTL from now on the leader, which then
@@ -263,16 +258,27 @@ impl Node {
 
     async fn keep_alive_local(&self, lease_id: LeaseId) -> Result<Option<u64>, RaftLayerError> {
         self.require_clock()?;
+        // Confirm leadership and catch up first: a deposed leader must not answer
+        // at all (not even "not found"), and an expiry committed by a previous
+        // leader must be applied before this node vouches for the lease.
+        let index = self.read_index_local().await?;
+        self.caught_up_to(index).await?;
         let known = self.read(|sm| sm.lease_ttl_ms(lease_id));
         let Some(ttl_ms) = known else {
             return Ok(None);
         };
-        if self.clock.keep_alive(lease_id).is_none() {
-            return Ok(None);
-        }
-        // A deposed leader must not acknowledge: confirm with a quorum.
-        self.read_index_local().await?;
-        Ok(Some(ttl_ms))
+        // `None` here: unknown to the clock, or its expiry is already proposed.
+        Ok(self.clock.keep_alive(lease_id).map(|_| ttl_ms))
+    }
+
+    /// Waits until this replica has applied log index `index`.
+    async fn caught_up_to(&self, index: u64) -> Result<(), RaftLayerError> {
+        self.raft
+            .wait(Some(self.config.leader_wait()))
+            .applied_index_at_least(Some(index), "catch up")
+            .await
+            .map(|_| ())
+            .map_err(|_| RaftLayerError::unavailable("this replica did not catch up in time"))
     }
 
     /// The lease clock is authoritative only on a leader that has restarted

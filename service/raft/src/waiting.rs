@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::{Command, Outcome, Reply, Request, WaiterId};
+use baton_core::{Command, IdempotencyKey, Outcome, Reply, Request, WaiterId};
 use tokio::sync::oneshot;
 
 use crate::error::RaftLayerError;
@@ -62,22 +62,37 @@ impl Drop for AbandonGuard {
             runtime.spawn(async move {
                 let granted = cancel(&node, &kind, waiter, rx).await;
                 node.waiters().forget(waiter);
-                if let Some(end) = granted {
-                    hand_back(&node, &kind, end).await;
+                match granted {
+                    Ok(Some(end)) => hand_back(&node, &kind, end).await,
+                    Ok(None) => {}
+                    Err(error) => tracing::warn!(
+                        %error,
+                        "could not confirm the cancel of an abandoned wait; its lease will end it"
+                    ),
                 }
             });
         }
     }
 }
 
-/// Proposes a cancel; if the waiter was no longer queued, returns how its wait
-/// ended (a grant that raced with the cancel).
+/// Principal of the idempotency keys the node itself attaches to its own
+/// clean-up commands (never a client's: client principals come from auth).
+const INTERNAL_PRINCIPAL: &str = "baton:internal";
+
+/// How long a cancel keeps trying (across leader changes) before giving up.
+const CANCEL_PERSISTENCE: Duration = Duration::from_secs(15);
+
+/// Takes `waiter` out of its queue through the log, retrying until the cancel is
+/// known to have been applied: a waiter left queued would later be granted a
+/// lock or an election nobody waits for. Returns how the wait ended if it was no
+/// longer queued (a grant that raced with the cancel), or `Err` when the cancel
+/// could not be confirmed (no quorum for a long time).
 async fn cancel(
     node: &Node,
     kind: &QueueKind,
     waiter: WaiterId,
-    rx: Option<oneshot::Receiver<WaitEnd>>,
-) -> Option<WaitEnd> {
+    mut rx: Option<oneshot::Receiver<WaitEnd>>,
+) -> Result<Option<WaitEnd>, RaftLayerError> {
     let command = match kind {
         QueueKind::Lock(name) => Command::CancelWait {
             name: name.clone(),
@@ -88,16 +103,35 @@ async fn cancel(
             waiter,
         },
     };
-    let outcome = node.propose(Request::plain(command)).await;
-    match outcome {
-        Ok(Outcome {
-            result: Ok(Reply::WaitCancelled),
-            ..
-        }) => None,
-        // Not queued any more: the grant (or end) was applied before the cancel,
-        // so the apply path has already delivered it.
-        _ => rx.and_then(|mut rx| rx.try_recv().ok()),
+    // Keyed, so a retry after a lost answer is applied once.
+    let request = Request {
+        idempotency: Some(IdempotencyKey {
+            principal: INTERNAL_PRINCIPAL.to_owned(),
+            key: format!("cancel-{}", waiter.0),
+            fingerprint: waiter.0,
+        }),
+        command,
+    };
+    let deadline = tokio::time::Instant::now() + CANCEL_PERSISTENCE;
+    let outcome = loop {
+        match node.propose(request.clone()).await {
+            Ok(outcome) => break outcome,
+            Err(error) if tokio::time::Instant::now() < deadline => {
+                tracing::debug!(%error, "cancel not confirmed yet; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(error) => return Err(error),
+        }
+    };
+    if matches!(outcome.result, Ok(Reply::WaitCancelled)) {
+        return Ok(None);
     }
+    // Not queued any more: its grant or end was applied before the cancel. The
+    // outcome came from the leader; this replica delivers the end once it has
+    // applied that far.
+    node.wait_for_revision(outcome.revision, CANCEL_PERSISTENCE)
+        .await?;
+    Ok(rx.as_mut().and_then(|rx| rx.try_recv().ok()))
 }
 
 /// Gives back a grant nobody will use.
@@ -175,10 +209,15 @@ impl Node {
                 let rx = guard.rx.take();
                 let raced = cancel(self, &kind, waiter, rx).await;
                 guard.disarm();
-                Ok(match raced {
-                    Some(end) => Waited::Ended(end),
-                    None => Waited::TimedOut,
-                })
+                match raced {
+                    Ok(Some(end)) => Ok(Waited::Ended(end)),
+                    Ok(None) => Ok(Waited::TimedOut),
+                    // Still queued as far as anyone knows: saying "timed out" would
+                    // be a lie if the grant comes later.
+                    Err(error) => Err(RaftLayerError::outcome_unknown(format!(
+                        "the wait timed out but leaving the queue was not confirmed ({error})"
+                    ))),
+                }
             }
         }
     }

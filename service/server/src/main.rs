@@ -113,8 +113,21 @@ async fn serve_proxy(args: &ServeArgs, targets: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A panic anywhere (openraft's core task included) ends the process: a node
+/// with a dead Raft task would stay up but never serve again, while an exit
+/// lets the supervisor restart it from its durable state.
+fn exit_on_panic() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        eprintln!("baton: exiting after a panic (exit code 70)");
+        std::process::exit(70);
+    }));
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    exit_on_panic();
     let cli = Cli::parse();
     match cli.command {
         Command::Openapi => {

@@ -436,6 +436,65 @@ async fn a_node_cut_off_from_the_others_grants_nothing_and_reads_nothing() {
     }
 }
 
+/// Found by the chaos harness (seeds 1 and 11): a wait that timed out while the
+/// leader was unreachable answered 409, but its cancel never reached the log, so
+/// the waiter stayed queued and was granted the lock later, to nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_times_out_during_a_leader_change_really_leaves_the_queue() {
+    let mut cluster = Cluster::start(3, &[]).await;
+    let leader = cluster.wait_leader(None).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let holder = cluster.lease(leader, 60_000).await;
+    let (status, held) = cluster
+        .post(
+            leader,
+            "/v1/locks/contested:acquire",
+            json!({"lease_id": holder}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let waiter = {
+        let client = cluster.client.clone();
+        let base = cluster.node(follower).api.clone();
+        tokio::spawn(async move {
+            call(
+                &client,
+                &base,
+                reqwest::Method::POST,
+                "/v1/locks/contested:acquire",
+                Some(json!({"ttl_ms": 60_000, "wait_ms": 1_500})),
+            )
+            .await
+        })
+    };
+    // The leader stops just before the wait times out: the cancel meets a
+    // leader that cannot answer, then a new one.
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    cluster.pause(leader);
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    cluster.resume(leader);
+    let (status, body) = waiter.await.unwrap();
+    assert_eq!(status, 409, "the wait timed out and left the queue: {body}");
+
+    let now_leader = cluster.wait_leader(None).await;
+    let (status, _) = cluster
+        .post(
+            now_leader,
+            "/v1/locks/contested:release",
+            json!({"lease_id": holder, "token": held["token"]}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, body) = cluster.get(now_leader, "/v1/locks/contested").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["held"],
+        json!(false),
+        "nobody was granted the lock: {body}"
+    );
+    assert_eq!(body["waiters"], json!(0), "{body}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_mode_forwards_everything_and_survives_a_leader_change() {
     let mut cluster = Cluster::start(3, &[]).await;

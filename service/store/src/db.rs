@@ -59,10 +59,18 @@ pub(crate) fn synced() -> WriteOptions {
     opts
 }
 
-/// Write options of the `--unsafe-no-fsync` negative control: no WAL record at all,
-/// so the write lives only in the memtable and a `kill -9` loses it.
-pub(crate) fn unlogged() -> WriteOptions {
-    let mut opts = WriteOptions::default();
-    opts.disable_wal(true);
-    opts
+/// Write options under `durability`: synced (`sync`) or not; under the
+/// `--unsafe-no-fsync` negative control every write skips the WAL, so it lives
+/// only in the memtable and a `kill -9` loses it (all of them alike, so the
+/// database a restart finds is old but self-consistent).
+pub(crate) fn write_options(durability: crate::Durability, sync: bool) -> WriteOptions {
+    match durability {
+        crate::Durability::Synced if sync => synced(),
+        crate::Durability::Synced => WriteOptions::default(),
+        crate::Durability::UnsafeNoWal => {
+            let mut opts = WriteOptions::default();
+            opts.disable_wal(true);
+            opts
+        }
+    }
 }

@@ -63,6 +63,6 @@ pub fn open_with(
     durability: Durability,
 ) -> Result<(LogStore, StateMachineStore), StoreError> {
     let db = db::open_db(path)?;
-    let state_machine = StateMachineStore::open(db.clone())?;
+    let state_machine = StateMachineStore::open(db.clone(), durability)?;
     Ok((LogStore::new(db, durability), state_machine))
 }

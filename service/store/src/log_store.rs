@@ -66,10 +66,7 @@ impl LogStore {
 
     /// Options for the writes Raft needs on disk before they are acknowledged.
     fn durable_write(&self) -> WriteOptions {
-        match self.durability {
-            Durability::Synced => db::synced(),
-            Durability::UnsafeNoWal => db::unlogged(),
-        }
+        db::write_options(self.durability, true)
     }
 
     fn get_meta<T: DeserializeOwned>(
@@ -248,7 +245,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             KEY_COMMITTED,
             "committed log id",
             &committed,
-            &WriteOptions::default(),
+            &db::write_options(self.durability, false),
         )
         .map_err(write_logs_err)
     }

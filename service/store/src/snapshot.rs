@@ -80,6 +80,7 @@ pub(crate) struct StoredSnapshot {
 /// Reads and replaces the one current snapshot.
 pub(crate) struct SnapshotStore {
     db: Arc<DB>,
+    durability: crate::Durability,
     /// Serializes "compare with the stored snapshot, then replace it": a
     /// snapshot build runs in its own task and may finish after a newer
     /// snapshot was installed.
@@ -97,9 +98,13 @@ impl fmt::Debug for SnapshotStore {
 
 impl SnapshotStore {
     /// Opens the store and returns the current snapshot, if any.
-    pub(crate) fn open(db: Arc<DB>) -> Result<(Self, Option<StoredSnapshot>), StoreError> {
+    pub(crate) fn open(
+        db: Arc<DB>,
+        durability: crate::Durability,
+    ) -> Result<(Self, Option<StoredSnapshot>), StoreError> {
         let store = SnapshotStore {
             db,
+            durability,
             write_lock: Mutex::new(()),
             seq: AtomicU64::new(0),
         };
@@ -149,7 +154,8 @@ impl SnapshotStore {
             }
         }
         let cf = db::cf(&self.db, CF_SNAPSHOT)?;
-        self.db.put_cf_opt(cf, KEY_SNAPSHOT, bytes, &db::synced())?;
+        let opts = db::write_options(self.durability, true);
+        self.db.put_cf_opt(cf, KEY_SNAPSHOT, bytes, &opts)?;
         Ok(true)
     }
 }

@@ -46,8 +46,8 @@ impl fmt::Debug for StateMachineStore {
 
 impl StateMachineStore {
     /// Restores the applied state from the stored snapshot, if there is one.
-    pub(crate) fn open(db: Arc<DB>) -> Result<Self, StoreError> {
-        let (snapshots, current) = SnapshotStore::open(db)?;
+    pub(crate) fn open(db: Arc<DB>, durability: crate::Durability) -> Result<Self, StoreError> {
+        let (snapshots, current) = SnapshotStore::open(db, durability)?;
         let applied = match current {
             Some(stored) => {
                 let applied = SnapshotEnvelope::decode_for(&stored.meta, &stored.data)?
