@@ -17,6 +17,7 @@ pub mod request;
 pub mod respond;
 mod routes;
 mod state;
+pub mod watch;
 
 pub use disconnect::on_connect;
 pub use openapi::{openapi_json, ApiDoc};

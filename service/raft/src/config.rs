@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use baton_core::Limits;
 
+use crate::watch_hub::WatchConfig;
+
 /// Settings of one Baton node.
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
@@ -34,6 +36,8 @@ pub struct NodeConfig {
     pub snapshot_every: u64,
     /// Shared secret that peers present on the Raft listener.
     pub cluster_secret: Option<String>,
+    /// Watch streams: history, lag bound, quotas, bookmark interval.
+    pub watch: WatchConfig,
 }
 
 impl NodeConfig {
@@ -52,6 +56,7 @@ impl NodeConfig {
             election_timeout: Duration::from_millis(1000),
             snapshot_every: 20_000,
             cluster_secret: None,
+            watch: WatchConfig::default(),
         }
     }
 }

@@ -16,6 +16,7 @@ use crate::lease_clock::LeaseClock;
 use crate::network::HttpNetwork;
 use crate::proposer::{raft_error, wall_clock_ms, Proposer};
 use crate::waiters::WaiterRegistry;
+use crate::watch_hub::WatchHub;
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -63,10 +64,12 @@ pub struct ClusterStatus {
     pub last_log_index: u64,
 }
 
-/// Routes applied events to the lease clock and the waiting requests.
+/// Routes applied events to the lease clock, the waiting requests and the
+/// watch hub.
 struct Dispatcher {
     clock: Arc<LeaseClock>,
     waiters: Arc<WaiterRegistry>,
+    watch: Arc<WatchHub>,
 }
 
 impl ApplyObserver for Dispatcher {
@@ -75,11 +78,14 @@ impl ApplyObserver for Dispatcher {
             if !outcome.events.is_empty() {
                 self.clock.on_events(&outcome.events);
                 self.waiters.on_events(&outcome.events);
+                self.watch.publish(&outcome.events);
             }
         }
     }
 
-    fn snapshot_installed(&self, _revision: u64) {}
+    fn snapshot_installed(&self, revision: u64) {
+        self.watch.snapshot_installed(revision);
+    }
 }
 
 /// One Baton node.
@@ -89,6 +95,7 @@ pub struct Node {
     proposer: Proposer,
     clock: Arc<LeaseClock>,
     waiters: Arc<WaiterRegistry>,
+    watch: Arc<WatchHub>,
     config: NodeConfig,
     leading: Arc<AtomicBool>,
     stop: watch::Sender<bool>,
@@ -103,9 +110,13 @@ impl Node {
         let shared = state_machine.shared();
         let clock = Arc::new(LeaseClock::default());
         let waiters = Arc::new(WaiterRegistry::default());
+        // History starts at the restored snapshot; openraft re-applies the log
+        // after it (through the observer), which refills it.
+        let watch = WatchHub::start(config.watch.clone(), shared.read().machine.revision());
         state_machine.set_observer(Arc::new(Dispatcher {
             clock: clock.clone(),
             waiters: waiters.clone(),
+            watch: watch.clone(),
         }));
         let heartbeat = config.heartbeat.as_millis() as u64;
         let election = config.election_timeout.as_millis() as u64;
@@ -161,6 +172,7 @@ impl Node {
             proposer,
             clock,
             waiters,
+            watch,
             config,
             leading: Arc::new(AtomicBool::new(false)),
             stop,
@@ -261,6 +273,11 @@ impl Node {
         &self.waiters
     }
 
+    /// The watch hub (events applied on this replica).
+    pub fn watch_hub(&self) -> &Arc<WatchHub> {
+        &self.watch
+    }
+
     /// Whether this node currently acts as leader (lease clock running).
     pub fn is_leader(&self) -> bool {
         self.leading.load(Ordering::Acquire)
@@ -339,6 +356,7 @@ impl Node {
     /// Stops Raft (after in-flight proposals finish) and the background tasks.
     pub async fn shutdown(&self) {
         let _ = self.stop.send(true);
+        self.watch.close();
         self.leading.store(false, Ordering::Release);
         if let Err(error) = self.raft.shutdown().await {
             tracing::warn!(%error, "raft shutdown");
