@@ -17,6 +17,8 @@ pub struct Cli {
 }
 
 /// Subcommands.
+// Parsed once at start-up: the size of the `Serve` variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a Baton node (with no flags: a single-node cluster on 127.0.0.1:7878
