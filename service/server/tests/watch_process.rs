@@ -19,7 +19,7 @@ fn free_port() -> u16 {
 }
 
 async fn start(data_dir: &Path, port: u16) -> Child {
-    let child = Command::new(env!("CARGO_BIN_EXE_baton"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .arg("--data-dir")
         .arg(data_dir)
@@ -42,6 +42,8 @@ async fn start(data_dir: &Path, port: u16) -> Child {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("baton did not become ready");
 }
 
