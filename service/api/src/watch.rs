@@ -138,6 +138,7 @@ fn bookmark_interval(state: &ApiState, asked_ms: Option<u64>) -> Result<Duration
         (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_query"),
         (status = 410, body = Problem, content_type = "application/problem+json", description = "revision_compacted (with oldest_revision): re-list, then watch from the listed revision"),
         (status = 429, body = Problem, content_type = "application/problem+json", description = "quota_exceeded (too many watch streams)"),
+        (status = 503, body = Problem, content_type = "application/problem+json", description = "unavailable: the node is shutting down (with Retry-After)"),
     ))]
 pub async fn watch(
     state: web::Data<ApiState>,
@@ -166,6 +167,7 @@ pub async fn watch(
         (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_name, invalid_query"),
         (status = 410, body = Problem, content_type = "application/problem+json", description = "revision_compacted"),
         (status = 429, body = Problem, content_type = "application/problem+json", description = "quota_exceeded"),
+        (status = 503, body = Problem, content_type = "application/problem+json", description = "unavailable: the node is shutting down"),
     ))]
 pub async fn observe(
     state: web::Data<ApiState>,
