@@ -7,7 +7,7 @@ use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use baton_core::CoreError;
-use baton_raft::RaftLayerError;
+use baton_raft::{RaftLayerError, WatchError};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
@@ -75,6 +75,9 @@ pub enum ApiError {
     /// The Raft layer could not serve the request.
     #[error(transparent)]
     Raft(#[from] RaftLayerError),
+    /// A watch stream could not be opened.
+    #[error(transparent)]
+    Watch(#[from] WatchError),
 }
 
 struct Mapping {
@@ -196,6 +199,21 @@ impl ApiError {
                     "Membership change refused",
                 ),
             },
+            ApiError::Watch(watch) => match watch {
+                WatchError::Compacted { .. } => {
+                    map(StatusCode::GONE, "revision_compacted", "Revision compacted")
+                }
+                WatchError::TooManyWatchers { .. } => map(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "quota_exceeded",
+                    "Quota exceeded",
+                ),
+                WatchError::Closed => map(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "Unavailable",
+                ),
+            },
         }
     }
 
@@ -225,6 +243,10 @@ impl ApiError {
                 extra.insert("min_revision".into(), json!(wanted));
                 extra.insert("applied_revision".into(), json!(applied));
             }
+            ApiError::Watch(WatchError::Compacted { since, oldest }) => {
+                extra.insert("since".into(), json!(since));
+                extra.insert("oldest_revision".into(), json!(oldest));
+            }
             _ => {}
         }
         extra
@@ -234,7 +256,8 @@ impl ApiError {
         match self {
             ApiError::Raft(RaftLayerError::Unavailable { retry_after, .. }) => Some(*retry_after),
             ApiError::Raft(RaftLayerError::NotLeader { .. })
-            | ApiError::Core(CoreError::LeaseExists) => Some(Duration::from_secs(1)),
+            | ApiError::Core(CoreError::LeaseExists)
+            | ApiError::Watch(WatchError::Closed) => Some(Duration::from_secs(1)),
             _ => None,
         }
     }

@@ -18,6 +18,7 @@ pub mod request;
 pub mod respond;
 mod routes;
 mod state;
+pub mod watch;
 
 pub use disconnect::{client_gone, on_connect};
 pub use openapi::{openapi_json, ApiDoc};

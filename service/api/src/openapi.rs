@@ -2,7 +2,7 @@
 
 use utoipa::OpenApi;
 
-use crate::{cluster, elections, error, leases, locks, members, names};
+use crate::{cluster, elections, error, leases, locks, members, names, watch};
 
 /// Baton's API description (`GET /openapi.json`, committed as `openapi/baton.json`).
 #[derive(OpenApi)]
@@ -16,6 +16,7 @@ use crate::{cluster, elections, error, leases, locks, members, names};
         leases::create, leases::keepalive, leases::get, leases::revoke,
         locks::acquire, locks::renew, locks::release, locks::validate, locks::get, locks::list,
         elections::campaign, elections::proclaim, elections::resign, elections::get,
+        watch::observe, watch::watch,
         names::register, names::get, names::unregister, names::list,
         cluster::cluster, members::add, members::remove, cluster::healthz, cluster::readyz, cluster::metrics,
     ),
@@ -25,6 +26,7 @@ use crate::{cluster, elections, error, leases, locks, members, names};
         (name = "locks", description = "Exclusive locks with a FIFO queue and fencing tokens"),
         (name = "elections", description = "One leader per name, with a published value"),
         (name = "names", description = "Cluster-unique name registry"),
+        (name = "watch", description = "Server-Sent Events streams of state changes, resumable by revision"),
         (name = "cluster", description = "Cluster membership and status"),
         (name = "health", description = "Health, readiness, metrics"),
     )

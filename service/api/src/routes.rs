@@ -7,7 +7,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use crate::error::ApiError;
 use crate::respond::REVISION_HEADER;
 use crate::state::ApiState;
-use crate::{cluster, docs, elections, leases, locks, members, names};
+use crate::{cluster, docs, elections, leases, locks, members, names, watch};
 
 async fn no_route(request: HttpRequest) -> Result<HttpResponse, ApiError> {
     Err(ApiError::RouteNotFound(format!(
@@ -95,6 +95,10 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                         "/v1/elections/{name:[^:]+}:resign",
                         web::post().to(elections::resign),
                     )
+                    .route(
+                        "/v1/elections/{name:[^:]+}:observe",
+                        web::get().to(watch::observe),
+                    )
                     .route("/v1/elections/{name:[^:]+}", web::get().to(elections::get))
                     .route("/v1/names", web::get().to(names::list))
                     .route("/v1/names/{name:[^:]+}", web::put().to(names::register))
@@ -103,6 +107,7 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                         "/v1/names/{name:[^:]+}",
                         web::delete().to(names::unregister),
                     )
+                    .route("/v1/watch", web::get().to(watch::watch))
                     .default_service(web::to(no_route)),
             );
     }

@@ -7,6 +7,8 @@ use std::time::Duration;
 use baton_core::Limits;
 use baton_store::Durability;
 
+use crate::watch_hub::WatchConfig;
+
 /// Settings of one Baton node.
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
@@ -50,6 +52,8 @@ pub struct NodeConfig {
     pub propose_timeout: Duration,
     /// Log and vote durability (only the fault harness turns it off).
     pub durability: Durability,
+    /// Watch streams: history, lag bound, quotas, bookmark interval.
+    pub watch: WatchConfig,
 }
 
 impl NodeConfig {
@@ -73,6 +77,7 @@ impl NodeConfig {
             dial_overrides: BTreeMap::new(),
             propose_timeout: Duration::from_secs(10),
             durability: Durability::Synced,
+            watch: WatchConfig::default(),
         }
     }
 }

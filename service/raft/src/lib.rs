@@ -3,7 +3,8 @@
 //! Owns the openraft handle: node start-up and bootstrap, the peer network,
 //! proposal batching (many requests, one log entry, one fsync), the leader's lease
 //! clock (keepalives in memory, expiries as replicated commands), linearizable
-//! reads (ReadIndex) and the registry of requests waiting for queued grants.
+//! reads (ReadIndex), the registry of requests waiting for queued grants and the
+//! watch hub that feeds watch streams.
 
 mod bootstrap;
 mod config;
@@ -19,6 +20,8 @@ mod proposer;
 mod routing;
 mod waiters;
 mod waiting;
+mod watch_event;
+mod watch_hub;
 
 pub use baton_store::{BatonNode, Durability};
 pub use config::NodeConfig;
@@ -32,3 +35,7 @@ pub use peer_server::{peer_routes, secret_matches};
 pub use proposer::{wall_clock_ms, Proposer};
 pub use waiters::{WaitEnd, WaiterRegistry};
 pub use waiting::{QueueKind, Waited};
+pub use watch_event::{sse_frame, WatchEvent, WatchKind};
+pub use watch_hub::{
+    Step, StreamEnd, Subscription, WatchConfig, WatchError, WatchFilter, WatchHub,
+};

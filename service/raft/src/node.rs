@@ -15,6 +15,7 @@ use crate::lease_clock::LeaseClock;
 use crate::network::{peer_http_client, HttpNetwork};
 use crate::proposer::{wall_clock_ms, Proposer};
 use crate::waiters::WaiterRegistry;
+use crate::watch_hub::WatchHub;
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -65,11 +66,13 @@ pub struct ClusterStatus {
     pub last_log_index: u64,
 }
 
-/// Routes applied events to the lease clock and the waiting requests.
+/// Routes applied events to the lease clock, the waiting requests and the
+/// watch hub.
 struct Dispatcher {
     clock: Arc<LeaseClock>,
     waiters: Arc<WaiterRegistry>,
     snapshots_installed: Arc<AtomicU64>,
+    watch: Arc<WatchHub>,
 }
 
 impl ApplyObserver for Dispatcher {
@@ -78,12 +81,14 @@ impl ApplyObserver for Dispatcher {
             if !outcome.events.is_empty() {
                 self.clock.on_events(&outcome.events);
                 self.waiters.on_events(&outcome.events);
+                self.watch.publish(&outcome.events);
             }
         }
     }
 
-    fn snapshot_installed(&self, _revision: u64) {
+    fn snapshot_installed(&self, revision: u64) {
         self.snapshots_installed.fetch_add(1, Ordering::Relaxed);
+        self.watch.snapshot_installed(revision);
     }
 }
 
@@ -96,6 +101,7 @@ pub struct Node {
     waiters: Arc<WaiterRegistry>,
     pub(crate) config: NodeConfig,
     pub(crate) link: LeaderLink,
+    watch: Arc<WatchHub>,
     leading: Arc<AtomicBool>,
     snapshots_installed: Arc<AtomicU64>,
     pub(crate) stop: watch::Sender<bool>,
@@ -114,10 +120,14 @@ impl Node {
         let clock = Arc::new(LeaseClock::default());
         let waiters = Arc::new(WaiterRegistry::default());
         let snapshots_installed = Arc::new(AtomicU64::new(0));
+        // History starts at the restored snapshot; openraft re-applies the log
+        // after it (through the observer), which refills it.
+        let watch = WatchHub::start(config.watch.clone(), shared.read().machine.revision());
         state_machine.set_observer(Arc::new(Dispatcher {
             clock: clock.clone(),
             waiters: waiters.clone(),
             snapshots_installed: snapshots_installed.clone(),
+            watch: watch.clone(),
         }));
         let heartbeat = config.heartbeat.as_millis() as u64;
         let election = config.election_timeout.as_millis() as u64;
@@ -168,6 +178,7 @@ impl Node {
             proposer,
             clock,
             waiters,
+            watch,
             config,
             link,
             leading: Arc::new(AtomicBool::new(false)),
@@ -231,6 +242,11 @@ impl Node {
     /// The registry of requests waiting for queued grants.
     pub fn waiters(&self) -> &WaiterRegistry {
         &self.waiters
+    }
+
+    /// The watch hub (events applied on this replica).
+    pub fn watch_hub(&self) -> &Arc<WatchHub> {
+        &self.watch
     }
 
     /// Whether this node currently acts as leader (lease clock running).
@@ -308,6 +324,7 @@ impl Node {
     /// Stops Raft (after in-flight proposals finish) and the background tasks.
     pub async fn shutdown(&self) {
         let _ = self.stop.send(true);
+        self.watch.close();
         self.leading.store(false, Ordering::Release);
         if let Err(error) = self.raft.shutdown().await {
             tracing::warn!(%error, "raft shutdown");

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_core::Limits;
-use baton_raft::{Durability, NodeConfig};
+use baton_raft::{Durability, NodeConfig, WatchConfig};
 use clap::{Args, Parser, Subcommand};
 
 /// Baton: a replicated lock-and-lease service over HTTP/JSON.
@@ -18,6 +18,8 @@ pub struct Cli {
 }
 
 /// Subcommands.
+// Parsed once at start-up: the size of the `Serve` variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a Baton node (with no flags: a single-node cluster on 127.0.0.1:7878
@@ -142,6 +144,26 @@ pub struct ServeArgs {
     /// HTTP worker threads (default: number of cores).
     #[arg(long, env = "BATON_HTTP_WORKERS")]
     pub http_workers: Option<usize>,
+    /// Watch events kept for resuming streams (`since`, `Last-Event-ID`).
+    #[arg(long, env = "BATON_WATCH_HISTORY", default_value_t = 100_000)]
+    pub watch_history: usize,
+    /// A watch stream that falls this many revisions behind is ended with a
+    /// `resync` event (must be below --watch-history so it can resume).
+    #[arg(long, env = "BATON_WATCH_MAX_LAG", default_value_t = 50_000)]
+    pub watch_max_lag: u64,
+    /// Most concurrent watch streams on this node.
+    #[arg(long, env = "BATON_WATCH_MAX_STREAMS", default_value_t = 20_000)]
+    pub watch_max_streams: usize,
+    /// Most concurrent watch streams per client IP address.
+    #[arg(
+        long,
+        env = "BATON_WATCH_MAX_STREAMS_PER_CLIENT",
+        default_value_t = 10_000
+    )]
+    pub watch_max_streams_per_client: usize,
+    /// Longest time between two bookmarks on a watch stream, in milliseconds.
+    #[arg(long, env = "BATON_WATCH_BOOKMARK_MS", default_value_t = 10_000)]
+    pub watch_bookmark_ms: u64,
     /// Seconds to let in-flight requests finish on SIGTERM.
     #[arg(long, env = "BATON_SHUTDOWN_TIMEOUT_S", default_value_t = 10)]
     pub shutdown_timeout_s: u64,
@@ -166,6 +188,12 @@ impl ServeArgs {
         }
         self.peer_map()?;
         parse_id_map("--peer-dial", self.peer_dial.as_deref())?;
+        if self.watch_history == 0 || self.watch_max_lag >= self.watch_history as u64 {
+            return Err("--watch-max-lag must be below --watch-history (at least 1)".into());
+        }
+        if !(1..=10_000).contains(&self.watch_bookmark_ms) {
+            return Err("--watch-bookmark-ms must be between 1 and 10000".into());
+        }
         Ok(())
     }
 
@@ -225,6 +253,13 @@ impl ServeArgs {
         if self.unsafe_no_fsync {
             config.durability = Durability::UnsafeNoWal;
         }
+        config.watch = WatchConfig {
+            history: self.watch_history,
+            max_lag: self.watch_max_lag,
+            max_watchers: self.watch_max_streams,
+            max_watchers_per_principal: self.watch_max_streams_per_client,
+            bookmark_interval: Duration::from_millis(self.watch_bookmark_ms),
+        };
         Ok(config)
     }
 }

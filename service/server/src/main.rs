@@ -72,11 +72,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .on_connect(on_connect)
         .workers(workers(&args))
         .shutdown_timeout(args.shutdown_timeout_s)
+        // Signals are handled below: watch streams never finish by themselves,
+        // so they are ended before actix waits for in-flight responses.
+        .disable_signals()
         .bind(&args.listen)
         .with_context(|| format!("binding {}", args.listen))?
         .run();
+    tokio::spawn(stop_on_signal(server.handle(), node.clone()));
     tracing::info!(node_id, listen = %args.listen, raft = %raft_url, data_dir = %args.data_dir.display(), "baton is serving");
-    // actix stops accepting on SIGTERM/SIGINT and lets in-flight requests finish;
+    // On SIGTERM the API stops accepting and lets in-flight requests finish;
     // the peer listener stays up meanwhile so their entries can still commit.
     server.await.context("http server")?;
     tracing::info!("stopping raft");
@@ -123,6 +127,26 @@ fn exit_on_panic() {
         eprintln!("baton: exiting after a panic (exit code 70)");
         std::process::exit(70);
     }));
+}
+
+/// On SIGTERM or SIGINT: end every watch stream (each gets a final `resync`
+/// event), then stop accepting and let in-flight requests finish.
+async fn stop_on_signal(server: actix_web::dev::ServerHandle, node: std::sync::Arc<Node>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = match signal(SignalKind::terminate()) {
+        Ok(terminate) => terminate,
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for SIGTERM");
+            return;
+        }
+    };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("stopping: ending watch streams, finishing in-flight requests");
+    node.watch_hub().close();
+    server.stop(true).await;
 }
 
 #[tokio::main]

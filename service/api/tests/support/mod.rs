@@ -11,7 +11,7 @@ use actix_web::test::{self, TestRequest};
 use actix_web::{App, Error};
 use baton_api::{configure, ApiSettings, ApiState};
 use baton_core::Limits;
-use baton_raft::{Node, NodeConfig};
+use baton_raft::{Node, NodeConfig, WatchConfig};
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -21,6 +21,11 @@ pub struct TestNode {
 }
 
 pub async fn start_node() -> TestNode {
+    start_node_with(WatchConfig::default()).await
+}
+
+/// A node with these watch settings (small rings and short bookmarks in tests).
+pub async fn start_node_with(watch: WatchConfig) -> TestNode {
     let dir = tempfile::tempdir().unwrap();
     let mut config = NodeConfig::single(dir.path().join("data"), "http://127.0.0.1:0".into());
     config.limits = Limits {
@@ -28,6 +33,7 @@ pub async fn start_node() -> TestNode {
         ..Limits::default()
     };
     config.lease_tick = Duration::from_millis(20);
+    config.watch = watch;
     let node = Node::start(config).await.unwrap();
     assert!(node.wait_until_leader(Duration::from_secs(10)).await);
     TestNode { node, dir }

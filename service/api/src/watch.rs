@@ -1,0 +1,272 @@
+//! `GET /v1/watch` and `GET /v1/elections/{name}:observe`: Server-Sent Events
+//! streams of state changes, read from this replica's watch hub.
+//!
+//! A stream sends, in revision order, one frame per matching change
+//! (`id: <revision>`, `event: <kind>.<what>`, `data: <json>`), a
+//! `event: bookmark` frame (`id:` = every change up to it was sent) when it
+//! starts and at least every bookmark interval, and, when it cannot go on, a
+//! final `event: resync` frame (`id:` = where to resume, `data.reason` =
+//! `lagged`, `compacted`, `snapshot` or `shutdown`) before it closes.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use actix_web::http::header;
+use actix_web::web::{self, Bytes};
+use actix_web::{HttpRequest, HttpResponse};
+use baton_raft::{sse_frame, Step, Subscription, WatchFilter, WatchKind};
+use serde::Deserialize;
+use serde_json::json;
+use utoipa::IntoParams;
+
+use crate::error::{ApiError, Problem};
+use crate::request::checked_name;
+use crate::respond::REVISION_HEADER;
+use crate::state::ApiState;
+
+/// Most events a stream takes from the hub at a time.
+const BATCH: usize = 64;
+
+/// Query of `GET /v1/watch`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct WatchQuery {
+    /// Only changes of locks, elections and names starting with this prefix
+    /// (lease events have no name and are left out when a prefix is given).
+    pub prefix: Option<String>,
+    /// Comma-separated resource kinds: `lock`, `election`, `name`, `lease`
+    /// (default: all).
+    pub kinds: Option<String>,
+    /// Send the changes after this revision (default: only new ones). A
+    /// `Last-Event-ID` header takes precedence, so a reconnecting `EventSource`
+    /// resumes where it stopped.
+    pub since: Option<u64>,
+    /// Bookmark interval for this stream, in milliseconds (100 up to the
+    /// server's interval, default 10000).
+    pub bookmark_ms: Option<u64>,
+}
+
+/// Query of `GET /v1/elections/{name}:observe`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ObserveQuery {
+    /// As for `/v1/watch`.
+    pub since: Option<u64>,
+    /// As for `/v1/watch`.
+    pub bookmark_ms: Option<u64>,
+}
+
+/// Who a stream counts against (watch quotas). There is no authentication yet,
+/// so this is the client's IP address as seen on the socket (never a header a
+/// client could set). Behind a proxy, every client of that proxy shares it.
+fn principal(request: &HttpRequest) -> String {
+    request
+        .peer_addr()
+        .map(|addr| addr.ip().to_string())
+        .unwrap_or_default()
+}
+
+/// `Last-Event-ID` if present, else `since`.
+fn start_revision(request: &HttpRequest, since: Option<u64>) -> Result<Option<u64>, ApiError> {
+    match request.headers().get("last-event-id") {
+        None => Ok(since),
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok())
+            .map(Some)
+            .ok_or_else(|| ApiError::InvalidQuery("Last-Event-ID must be a revision".into())),
+    }
+}
+
+fn parse_kinds(text: Option<&str>) -> Result<Vec<WatchKind>, ApiError> {
+    let Some(text) = text.filter(|t| !t.is_empty()) else {
+        return Ok(WatchKind::ALL.to_vec());
+    };
+    text.split(',')
+        .map(|part| {
+            WatchKind::parse(part.trim()).ok_or_else(|| {
+                ApiError::InvalidQuery(format!(
+                    "kinds: unknown kind '{part}' (lock, election, name, lease)"
+                ))
+            })
+        })
+        .collect()
+}
+
+fn bookmark_interval(state: &ApiState, asked_ms: Option<u64>) -> Result<Duration, ApiError> {
+    let server = state.node.watch_hub().config().bookmark_interval;
+    let Some(asked_ms) = asked_ms else {
+        return Ok(server);
+    };
+    let max_ms = server.as_millis() as u64;
+    let min_ms = max_ms.min(100);
+    if !(min_ms..=max_ms).contains(&asked_ms) {
+        return Err(ApiError::InvalidQuery(format!(
+            "bookmark_ms must be between {min_ms} and {max_ms}, got {asked_ms}"
+        )));
+    }
+    Ok(Duration::from_millis(asked_ms))
+}
+
+/// Watch changes.
+///
+/// A `text/event-stream` of every state change on this replica, in revision
+/// order: `id: <revision>`, `event: <kind>.<what>`, `data: <JSON>`. Events:
+/// `lock.acquired`, `lock.released`, `lock.revoked`, `lock.expired`,
+/// `lock.queued`, `lock.wait_ended`; `election.elected`, `election.proclaimed`,
+/// `election.resigned`, `election.revoked`, `election.expired`,
+/// `election.candidate_queued`, `election.candidate_left`; `name.registered`,
+/// `name.updated`, `name.unregistered`, `name.revoked`, `name.expired`;
+/// `lease.created`, `lease.revoked`, `lease.expired`. Lease ids never appear.
+///
+/// `event: bookmark` (`id:` and `data.revision` = every change up to there was
+/// sent) comes first and at least every `bookmark_ms`. A final `event: resync`
+/// (`id:` = the revision to resume from, `data.reason`) ends a stream that
+/// cannot go on: `lagged` (the client read too slowly: resume with
+/// `since=<id>`), `compacted` or `snapshot` (history is gone: re-list, then
+/// watch from the listed `Baton-Revision`), `shutdown` (the server stops:
+/// resume elsewhere or later).
+#[utoipa::path(get, operation_id = "watch", path = "/v1/watch", tag = "watch",
+    params(WatchQuery,
+        ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this revision (takes precedence over `since`)")),
+    responses(
+        (status = 200, content_type = "text/event-stream", body = String, description = "Server-Sent Events; Baton-Revision is the revision the stream starts after"),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_query"),
+        (status = 410, body = Problem, content_type = "application/problem+json", description = "revision_compacted (with oldest_revision): re-list, then watch from the listed revision"),
+        (status = 429, body = Problem, content_type = "application/problem+json", description = "quota_exceeded (too many watch streams)"),
+        (status = 503, body = Problem, content_type = "application/problem+json", description = "unavailable: the node is shutting down (with Retry-After)"),
+    ))]
+pub async fn watch(
+    state: web::Data<ApiState>,
+    request: HttpRequest,
+    query: web::Query<WatchQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let kinds = parse_kinds(query.kinds.as_deref())?;
+    let filter = WatchFilter::new(&kinds, query.prefix.clone());
+    let since = start_revision(&request, query.since)?;
+    let interval = bookmark_interval(&state, query.bookmark_ms)?;
+    open(&state, &request, since, filter, interval)
+}
+
+/// Observe an election.
+///
+/// A `text/event-stream` of this election's leader changes and proclaimed
+/// values: `election.elected`, `election.proclaimed`, `election.resigned`,
+/// `election.revoked`, `election.expired`, with bookmarks and the final
+/// `resync` event as for `/v1/watch`. To know the leader first, `GET` the
+/// election and observe with `since=<its Baton-Revision>`.
+#[utoipa::path(get, operation_id = "observe_election", path = "/v1/elections/{name}:observe", tag = "elections",
+    params(("name" = String, Path), ObserveQuery,
+        ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this revision (takes precedence over `since`)")),
+    responses(
+        (status = 200, content_type = "text/event-stream", body = String, description = "Server-Sent Events"),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_name, invalid_query"),
+        (status = 410, body = Problem, content_type = "application/problem+json", description = "revision_compacted"),
+        (status = 429, body = Problem, content_type = "application/problem+json", description = "quota_exceeded"),
+        (status = 503, body = Problem, content_type = "application/problem+json", description = "unavailable: the node is shutting down"),
+    ))]
+pub async fn observe(
+    state: web::Data<ApiState>,
+    request: HttpRequest,
+    path: web::Path<String>,
+    query: web::Query<ObserveQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let name = checked_name(&path)?;
+    let since = start_revision(&request, query.since)?;
+    let interval = bookmark_interval(&state, query.bookmark_ms)?;
+    open(
+        &state,
+        &request,
+        since,
+        WatchFilter::election(&name),
+        interval,
+    )
+}
+
+fn open(
+    state: &ApiState,
+    request: &HttpRequest,
+    since: Option<u64>,
+    filter: WatchFilter,
+    interval: Duration,
+) -> Result<HttpResponse, ApiError> {
+    let subscription = state
+        .node
+        .watch_hub()
+        .subscribe(since, &principal(request), filter)?;
+    let start = subscription.cursor();
+    let mut bookmarks = tokio::time::interval(interval);
+    bookmarks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stream = EventStream {
+        subscription,
+        pending: VecDeque::new(),
+        bookmarks,
+        ended: false,
+    };
+    Ok(HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        // Tells nginx-style proxies not to buffer the stream.
+        .insert_header(("x-accel-buffering", "no"))
+        .insert_header((REVISION_HEADER, start.to_string()))
+        .streaming(futures_util::stream::unfold(stream, EventStream::next)))
+}
+
+/// One open stream: its hub subscription and the frames ready to send.
+struct EventStream {
+    subscription: Subscription,
+    /// Frames taken from the hub, not yet sent (at most [`BATCH`] + 1); they
+    /// share the hub's bytes.
+    pending: VecDeque<Bytes>,
+    bookmarks: tokio::time::Interval,
+    ended: bool,
+}
+
+impl EventStream {
+    async fn next(mut self) -> Option<(Result<Bytes, Infallible>, EventStream)> {
+        loop {
+            if let Some(frame) = self.pending.pop_front() {
+                return Some((Ok(frame), self));
+            }
+            if self.ended {
+                return None;
+            }
+            match self.subscription.next_step(BATCH) {
+                Step::Events(events) => {
+                    if events.is_empty() {
+                        // A long run of filtered-out events: let others run.
+                        tokio::task::yield_now().await;
+                    }
+                    self.pending
+                        .extend(events.iter().map(|event| event.frame.clone()));
+                }
+                Step::CaughtUp => {
+                    tokio::select! {
+                        _ = self.subscription.changed() => {}
+                        _ = self.bookmarks.tick() => {
+                            let revision = self.subscription.cursor();
+                            self.pending.push_back(sse_frame(
+                                revision,
+                                "bookmark",
+                                &json!({"revision": revision}),
+                            ));
+                        }
+                    }
+                }
+                Step::End(reason) => {
+                    let revision = self.subscription.cursor();
+                    self.pending.push_back(sse_frame(
+                        revision,
+                        "resync",
+                        &json!({"revision": revision, "reason": reason.as_str()}),
+                    ));
+                    self.ended = true;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! One state change as watch streams publish it: the public view of a core
+//! [`Event`] (no lease ids, no waiter ids), encoded once as a Server-Sent
+//! Events frame that every stream shares.
+
+use baton_core::{EndReason, Event, EventKind};
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+/// The resource family an event belongs to (the `kinds` filter of a watch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WatchKind {
+    /// Locks and their queues.
+    Lock,
+    /// Elections and their candidate queues.
+    Election,
+    /// Registered names.
+    Name,
+    /// Leases (these have no name; a `prefix` filter excludes them).
+    Lease,
+}
+
+impl WatchKind {
+    /// Every kind, in the order the API lists them.
+    pub const ALL: [WatchKind; 4] = [
+        WatchKind::Lock,
+        WatchKind::Election,
+        WatchKind::Name,
+        WatchKind::Lease,
+    ];
+
+    /// The name used in `event:` lines and in the `kinds` query parameter.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchKind::Lock => "lock",
+            WatchKind::Election => "election",
+            WatchKind::Name => "name",
+            WatchKind::Lease => "lease",
+        }
+    }
+
+    /// Parses a `kinds` entry.
+    pub fn parse(text: &str) -> Option<WatchKind> {
+        WatchKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == text)
+    }
+
+    /// This kind's bit in a [`crate::WatchFilter`] mask.
+    pub fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+/// A published state change.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WatchEvent {
+    /// The revision the change created (the SSE `id`).
+    pub revision: u64,
+    /// Resource family.
+    pub kind: WatchKind,
+    /// What happened (`acquired`, `released`, `expired`, ...): the SSE event is
+    /// `<kind>.<what>`.
+    pub what: &'static str,
+    /// The lock, election or name concerned; `None` for lease events.
+    pub name: Option<String>,
+    /// Whether this changes an election's leader or its value (what
+    /// `:observe` reports).
+    pub leader_change: bool,
+    /// The encoded SSE frame (`id:`, `event:`, `data:` lines and the blank line).
+    pub frame: Bytes,
+}
+
+fn ended(reason: EndReason) -> &'static str {
+    match reason {
+        EndReason::Released => "released",
+        EndReason::Revoked => "revoked",
+        EndReason::Expired => "expired",
+    }
+}
+
+/// Values are stored as compact JSON text; they were valid JSON when stored.
+fn value(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+/// Encodes one SSE frame. `data` is compact JSON, so it holds no newline.
+pub fn sse_frame(id: u64, event: &str, data: &Value) -> Bytes {
+    Bytes::from(format!("id: {id}\nevent: {event}\ndata: {data}\n\n"))
+}
+
+impl WatchEvent {
+    /// The public view of a core event. Lease ids and waiter ids are left out
+    /// on purpose: a lease id is a capability, and waiter ids are internal.
+    pub fn from_core(event: &Event) -> WatchEvent {
+        let revision = event.revision;
+        let (kind, what, name, leader_change, data) = match &event.kind {
+            EventKind::LeaseCreated { ttl_ms, holder, .. } => (
+                WatchKind::Lease,
+                "created",
+                None,
+                false,
+                json!({"holder": holder, "ttl_ms": ttl_ms}),
+            ),
+            EventKind::LeaseEnded { holder, reason, .. } => (
+                WatchKind::Lease,
+                ended(*reason),
+                None,
+                false,
+                json!({"holder": holder, "reason": ended(*reason)}),
+            ),
+            EventKind::LockAcquired { grant, .. } => (
+                WatchKind::Lock,
+                "acquired",
+                Some(grant.name.clone()),
+                false,
+                json!({"name": grant.name, "token": grant.token, "holder": grant.holder,
+                       "ttl_ms": grant.ttl_ms}),
+            ),
+            EventKind::LockQueued { name, .. } => (
+                WatchKind::Lock,
+                "queued",
+                Some(name.clone()),
+                false,
+                json!({"name": name}),
+            ),
+            EventKind::LockReleased {
+                name,
+                token,
+                reason,
+            } => (
+                WatchKind::Lock,
+                ended(*reason),
+                Some(name.clone()),
+                false,
+                json!({"name": name, "token": token, "reason": ended(*reason)}),
+            ),
+            EventKind::LockWaitEnded { name, reason, .. } => (
+                WatchKind::Lock,
+                "wait_ended",
+                Some(name.clone()),
+                false,
+                json!({"name": name, "reason": ended(*reason)}),
+            ),
+            EventKind::Elected {
+                grant, value: v, ..
+            } => (
+                WatchKind::Election,
+                "elected",
+                Some(grant.name.clone()),
+                true,
+                json!({"name": grant.name, "candidate": grant.holder, "token": grant.token,
+                       "value": value(v)}),
+            ),
+            EventKind::CandidateQueued { name, .. } => (
+                WatchKind::Election,
+                "candidate_queued",
+                Some(name.clone()),
+                false,
+                json!({"name": name}),
+            ),
+            EventKind::Proclaimed {
+                name,
+                token,
+                value: v,
+            } => (
+                WatchKind::Election,
+                "proclaimed",
+                Some(name.clone()),
+                true,
+                json!({"name": name, "token": token, "value": value(v)}),
+            ),
+            EventKind::LeaderEnded {
+                name,
+                token,
+                reason,
+            } => (
+                WatchKind::Election,
+                match reason {
+                    EndReason::Released => "resigned",
+                    other => ended(*other),
+                },
+                Some(name.clone()),
+                true,
+                json!({"name": name, "token": token, "reason": ended(*reason)}),
+            ),
+            EventKind::CampaignEnded { name, reason, .. } => (
+                WatchKind::Election,
+                "candidate_left",
+                Some(name.clone()),
+                false,
+                json!({"name": name, "reason": ended(*reason)}),
+            ),
+            EventKind::NameRegistered {
+                grant,
+                value: v,
+                created,
+            } => (
+                WatchKind::Name,
+                if *created { "registered" } else { "updated" },
+                Some(grant.name.clone()),
+                false,
+                json!({"name": grant.name, "holder": grant.holder, "token": grant.token,
+                       "value": value(v)}),
+            ),
+            EventKind::NameUnregistered {
+                name,
+                token,
+                reason,
+            } => (
+                WatchKind::Name,
+                match reason {
+                    EndReason::Released => "unregistered",
+                    other => ended(*other),
+                },
+                Some(name.clone()),
+                false,
+                json!({"name": name, "token": token, "reason": ended(*reason)}),
+            ),
+        };
+        let mut data = data;
+        if let Value::Object(fields) = &mut data {
+            fields.insert("revision".into(), json!(revision));
+        }
+        let event_name = format!("{}.{what}", kind.as_str());
+        WatchEvent {
+            revision,
+            kind,
+            what,
+            name,
+            leader_change,
+            frame: sse_frame(revision, &event_name, &data),
+        }
+    }
+
+    /// The SSE event name, `<kind>.<what>`.
+    pub fn event_name(&self) -> String {
+        format!("{}.{}", self.kind.as_str(), self.what)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_core::{Grant, LeaseId, WaiterId};
+
+    fn text(event: &WatchEvent) -> String {
+        String::from_utf8(event.frame.to_vec()).expect("frames are UTF-8")
+    }
+
+    #[test]
+    fn lease_ids_and_waiter_ids_never_appear() {
+        let lease_id = LeaseId(0xdead_beef_dead_beef_dead_beef_dead_beef);
+        let shown = lease_id.to_string();
+        let grant = Grant {
+            name: "db/migrate".into(),
+            token: 7,
+            lease_id,
+            ttl_ms: 5000,
+            holder: "pod-a".into(),
+        };
+        let kinds = [
+            EventKind::LeaseCreated {
+                lease_id,
+                ttl_ms: 5000,
+                holder: "pod-a".into(),
+            },
+            EventKind::LeaseEnded {
+                lease_id,
+                holder: "pod-a".into(),
+                reason: EndReason::Expired,
+            },
+            EventKind::LockAcquired {
+                grant: grant.clone(),
+                waiter: Some(WaiterId(4242)),
+            },
+            EventKind::Elected {
+                grant: grant.clone(),
+                value: "{\"addr\":\"10.0.0.1\"}".into(),
+                waiter: None,
+            },
+            EventKind::NameRegistered {
+                grant,
+                value: "1".into(),
+                created: true,
+            },
+        ];
+        for kind in kinds {
+            let event = WatchEvent::from_core(&Event { revision: 7, kind });
+            let text = text(&event);
+            assert!(!text.contains(&shown), "{text}");
+            assert!(!text.contains("lease_id"), "{text}");
+            assert!(!text.contains("4242"), "{text}");
+            assert!(text.starts_with("id: 7\nevent: "), "{text}");
+            assert!(text.ends_with("\n\n"), "{text}");
+            assert_eq!(text.matches('\n').count(), 4, "{text}");
+        }
+    }
+
+    #[test]
+    fn names_follow_kind_and_reason() {
+        let event = WatchEvent::from_core(&Event {
+            revision: 3,
+            kind: EventKind::LeaderEnded {
+                name: "e".into(),
+                token: 2,
+                reason: EndReason::Released,
+            },
+        });
+        assert_eq!(event.event_name(), "election.resigned");
+        assert!(event.leader_change);
+        let event = WatchEvent::from_core(&Event {
+            revision: 4,
+            kind: EventKind::LockReleased {
+                name: "l".into(),
+                token: 2,
+                reason: EndReason::Expired,
+            },
+        });
+        assert_eq!(event.event_name(), "lock.expired");
+        assert!(!text(&event).contains("\"value\""));
+    }
+}

@@ -1,0 +1,179 @@
+//! Watch streams against the real `baton` binary: SIGTERM ends an open stream
+//! with a final `resync` event (and the server still exits), and after a
+//! restart the history is rebuilt from the log, so a client resumes where it
+//! stopped.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn start(data_dir: &Path, port: u16) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("BATON_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(response) = client
+            .get(format!("http://127.0.0.1:{port}/readyz"))
+            .send()
+            .await
+        {
+            if response.status().is_success() {
+                return child;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("baton did not become ready");
+}
+
+/// `(id, event)` of every frame until the stream ends or a frame with
+/// `id >= until` that is not a bookmark arrives.
+async fn frames(response: &mut reqwest::Response, until: Option<u64>) -> Vec<(u64, String)> {
+    let mut buffer = Vec::new();
+    let mut seen = Vec::new();
+    loop {
+        let chunk = tokio::time::timeout(Duration::from_secs(60), response.chunk())
+            .await
+            .expect("the stream stalled")
+            .unwrap();
+        let Some(chunk) = chunk else { return seen };
+        buffer.extend_from_slice(&chunk);
+        while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
+            let frame: Vec<u8> = buffer.drain(..end + 2).collect();
+            let frame = String::from_utf8(frame).unwrap();
+            let mut id = 0;
+            let mut event = String::new();
+            for line in frame.lines() {
+                if let Some(value) = line.strip_prefix("id: ") {
+                    id = value.parse().unwrap();
+                } else if let Some(value) = line.strip_prefix("event: ") {
+                    event = value.to_owned();
+                }
+            }
+            let done = event != "bookmark" && until.is_some_and(|u| id >= u);
+            seen.push((id, event));
+            if done {
+                return seen;
+            }
+        }
+    }
+}
+
+async fn open(client: &reqwest::Client, url: String) -> reqwest::Response {
+    let response = client.get(url).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    response
+}
+
+fn changes(frames: &[(u64, String)]) -> Vec<(u64, String)> {
+    frames
+        .iter()
+        .filter(|(_, event)| event != "bookmark")
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn sigterm_ends_streams_and_a_restart_resumes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut server = start(dir.path(), port).await;
+    let client = reqwest::Client::new();
+
+    let mut stream = open(&client, format!("{base}/v1/watch?since=0")).await;
+    for i in 0..5 {
+        let grant: Value = client
+            .post(format!("{base}/v1/locks/w/{i}:acquire"))
+            .json(&json!({"holder": "p"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let released = client
+            .post(format!("{base}/v1/locks/w/{i}:release"))
+            .json(&json!({"lease_id": grant["lease_id"], "token": grant["token"]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(released.status(), 200);
+    }
+    let head: u64 = client
+        .get(format!("{base}/healthz"))
+        .send()
+        .await
+        .unwrap()
+        .headers()
+        .get("baton-revision")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let before = changes(&frames(&mut stream, Some(head)).await);
+    assert_eq!(before.len() as u64, head);
+
+    // SIGTERM: the open stream gets a final resync and ends; the server exits.
+    let status = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let rest = frames(&mut stream, None).await;
+    assert_eq!(rest.last(), Some(&(head, "resync".to_owned())), "{rest:?}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(exit) = server.try_wait().unwrap() {
+            assert!(exit.success(), "exit status {exit}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "baton did not stop on SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // After a restart the log is re-applied, which rebuilds the history: the
+    // same events with the same revisions, and resuming from the last one works.
+    let mut server = start(dir.path(), port).await;
+    let mut again = open(&client, format!("{base}/v1/watch?since=0")).await;
+    assert_eq!(changes(&frames(&mut again, Some(head)).await), before);
+    let mut resumed = client
+        .get(format!("{base}/v1/watch?kinds=lock"))
+        .header("Last-Event-ID", head.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 200);
+    client
+        .post(format!("{base}/v1/locks/after:acquire"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    let next = changes(&frames(&mut resumed, Some(head + 1)).await);
+    assert_eq!(next, [(head + 2, "lock.acquired".to_owned())]);
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
