@@ -1,0 +1,9 @@
+//! Baton's fault-injection harness: starts a cluster of real `baton` processes,
+//! drives client workers through it while a seeded nemesis kills, pauses,
+//! partitions and skews nodes, records a Jepsen-style history, and checks it.
+
+pub mod check;
+pub mod client;
+pub mod history;
+pub mod recorder;
+pub mod register;

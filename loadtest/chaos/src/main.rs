@@ -1,0 +1,3 @@
+//! `baton-chaos`: see the crate documentation.
+
+fn main() {}
