@@ -4,6 +4,11 @@
 
 pub mod check;
 pub mod client;
+pub mod cluster;
 pub mod history;
+pub mod nemesis;
+pub mod proxy;
 pub mod recorder;
 pub mod register;
+pub mod run;
+pub mod worker;
