@@ -120,6 +120,9 @@ pub struct Event {
     /// For register writes: the register's acceptance sequence number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
+    /// The node (id) the request was sent to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<u64>,
 }
 
 impl Event {
@@ -139,6 +142,7 @@ impl Event {
             error: None,
             held: None,
             seq: None,
+            node: None,
         }
     }
 }
@@ -186,6 +190,8 @@ pub struct Op {
     pub held: Option<bool>,
     /// For register writes: the acceptance sequence number.
     pub seq: Option<u64>,
+    /// The node the request went to.
+    pub node: Option<u64>,
 }
 
 impl Op {
@@ -197,7 +203,7 @@ impl Op {
     /// One line for explanations.
     pub fn describe(&self) -> String {
         format!(
-            "op {} p{} {:?} {} [{:.3}s..{:.3}s] {:?} lease={} token={} holder={} err={}",
+            "op {} p{} {:?} {} [{:.3}s..{:.3}s] {:?} lease={} token={} holder={} err={} node={}",
             self.id,
             self.process,
             self.f,
@@ -211,6 +217,7 @@ impl Op {
                 .unwrap_or_else(|| "-".into()),
             self.holder.as_deref().unwrap_or("-"),
             self.error.as_deref().unwrap_or("-"),
+            self.node.map(|n| n.to_string()).unwrap_or_else(|| "-".into()),
         )
     }
 }
@@ -260,6 +267,7 @@ pub fn pair(events: &[Event], end_ns: u64) -> Vec<Op> {
                         error: None,
                         held: None,
                         seq: None,
+                        node: e.node,
                     },
                 );
             }

@@ -196,8 +196,8 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
     for (collection, ks) in [("locks", &locks), ("elections", &elections), ("names", &names)] {
         for (i, k) in ks.iter().enumerate() {
             for attempt in 0..20 {
-                let url = &urls[(i + attempt) % urls.len()];
-                if read_key(&http, &rec, FINAL_PROCESS, url, collection, k).await {
+                let n = (i + attempt) % urls.len();
+                if read_key(&http, &rec, FINAL_PROCESS, n as u64 + 1, &urls[n], collection, k).await {
                     final_reads += 1;
                     break;
                 }

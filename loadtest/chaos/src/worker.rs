@@ -110,9 +110,10 @@ impl Worker {
         }
     }
 
-    fn url(&mut self) -> String {
+    /// A random node: (id, API URL).
+    fn url(&mut self) -> (u64, String) {
         let i = self.rng.gen_range(0..self.cfg.urls.len());
-        self.cfg.urls[i].clone()
+        (i as u64 + 1, self.cfg.urls[i].clone())
     }
 
     fn pick(&mut self, keys: &[String]) -> String {
@@ -222,7 +223,7 @@ impl Worker {
     /// The grant; returns (lease, token) on success.
     async fn grant(&mut self, kind: Kind, key: &str, holder: &str, wait_ms: u64) -> Option<(String, u64)> {
         let ttl = self.cfg.ttl_ms;
-        let url = self.url();
+        let (node, url) = self.url();
         let timeout = REQUEST_TIMEOUT + Duration::from_millis(wait_ms);
         let (f, path, body) = match kind {
             Kind::Lock => (
@@ -244,6 +245,7 @@ impl Worker {
         let p = self.rec.invoke(self.id, f, key, |e| {
             e.holder = Some(holder.to_owned());
             e.ttl_ms = Some(ttl);
+            e.node = Some(node);
         });
         let reply = if kind == Kind::Name {
             self.http.put(&url, &path, &body, timeout).await
@@ -264,19 +266,19 @@ impl Worker {
     /// Keeps the holding alive; false when it is definitely lost.
     async fn refresh(&mut self, h: &mut Holding) -> bool {
         let sent = Instant::now();
-        let url = self.url();
+        let (node, url) = self.url();
         let (f, reply) = match h.kind {
             Kind::Lock => {
                 let body = json!({"lease_id": h.lease, "token": h.token});
                 let path = format!("/v1/locks/{}:renew", h.key);
-                let p = self.invoke_on(OpKind::Renew, h, true);
+                let p = self.invoke_on(OpKind::Renew, h, true, node);
                 let r = self.http.post(&url, &path, &body, REQUEST_TIMEOUT).await;
                 complete(p, &r, |_, _| {});
                 (OpKind::Renew, r)
             }
             Kind::Election | Kind::Name if self.rng.gen_bool(0.7) => {
                 let path = format!("/v1/leases/{}:keepalive", h.lease);
-                let p = self.invoke_on(OpKind::Keepalive, h, false);
+                let p = self.invoke_on(OpKind::Keepalive, h, false, node);
                 let r = self.http.post(&url, &path, &Value::Null, REQUEST_TIMEOUT).await;
                 complete(p, &r, |_, _| {});
                 (OpKind::Keepalive, r)
@@ -284,7 +286,7 @@ impl Worker {
             Kind::Election => {
                 let body = json!({"lease_id": h.lease, "token": h.token, "value": {"p": self.id}});
                 let path = format!("/v1/elections/{}:proclaim", h.key);
-                let p = self.invoke_on(OpKind::Proclaim, h, true);
+                let p = self.invoke_on(OpKind::Proclaim, h, true, node);
                 let r = self.http.post(&url, &path, &body, REQUEST_TIMEOUT).await;
                 complete(p, &r, |_, _| {});
                 (OpKind::Proclaim, r)
@@ -293,7 +295,7 @@ impl Worker {
                 // Re-registration by the owning lease: same token, value updated.
                 let body = json!({"lease_id": h.lease, "holder": h.holder, "value": {"p": self.id}});
                 let path = format!("/v1/names/{}", h.key);
-                let p = self.invoke_on(OpKind::Register, h, false);
+                let p = self.invoke_on(OpKind::Register, h, false, node);
                 let r = self.http.put(&url, &path, &body, REQUEST_TIMEOUT).await;
                 complete(p, &r, |e, b| e.token = u64_field(b, "token"));
                 (OpKind::Register, r)
@@ -313,32 +315,33 @@ impl Worker {
     }
 
     async fn give_up(&mut self, h: &Holding) {
-        let url = self.url();
+        let (node, url) = self.url();
         match h.kind {
             Kind::Lock => {
                 let body = json!({"lease_id": h.lease, "token": h.token});
-                let p = self.invoke_on(OpKind::Release, h, true);
+                let p = self.invoke_on(OpKind::Release, h, true, node);
                 let r = self.http.post(&url, &format!("/v1/locks/{}:release", h.key), &body, REQUEST_TIMEOUT).await;
                 complete(p, &r, |_, _| {});
             }
             Kind::Election => {
                 let body = json!({"lease_id": h.lease, "token": h.token});
-                let p = self.invoke_on(OpKind::Resign, h, true);
+                let p = self.invoke_on(OpKind::Resign, h, true, node);
                 let r = self.http.post(&url, &format!("/v1/elections/{}:resign", h.key), &body, REQUEST_TIMEOUT).await;
                 complete(p, &r, |_, _| {});
             }
             Kind::Name => {
                 let body = json!({"lease_id": h.lease});
-                let p = self.invoke_on(OpKind::Unregister, h, true);
+                let p = self.invoke_on(OpKind::Unregister, h, true, node);
                 let r = self.http.delete(&url, &format!("/v1/names/{}", h.key), &body, REQUEST_TIMEOUT).await;
                 complete(p, &r, |_, _| {});
             }
         }
     }
 
-    fn invoke_on(&self, f: OpKind, h: &Holding, with_token: bool) -> crate::recorder::Pending {
+    fn invoke_on(&self, f: OpKind, h: &Holding, with_token: bool, node: u64) -> crate::recorder::Pending {
         let ttl = self.cfg.ttl_ms;
         self.rec.invoke(self.id, f, &h.key, |e| {
+            e.node = Some(node);
             e.lease = Some(h.lease.clone());
             e.holder = Some(h.holder.clone());
             e.ttl_ms = Some(ttl);
@@ -349,8 +352,8 @@ impl Worker {
     }
 
     async fn read(&mut self, kind: Kind, key: &str) {
-        let url = self.url();
-        read_key(&self.http, &self.rec, self.id, &url, kind_path(kind), key).await;
+        let (node, url) = self.url();
+        read_key(&self.http, &self.rec, self.id, node, &url, kind_path(kind), key).await;
     }
 }
 
@@ -380,8 +383,16 @@ fn complete(p: crate::recorder::Pending, reply: &Reply, ok: impl FnOnce(&mut Eve
 /// A linearizable read of a lock (`locks`), election (`elections`) or name
 /// (`names`), recorded as a `read` op showing the holder and token. Returns
 /// whether it got a definite answer.
-pub async fn read_key(http: &BatonClient, rec: &Recorder, process: u32, url: &str, collection: &str, key: &str) -> bool {
-    let p = rec.invoke(process, OpKind::Read, key, |_| {});
+pub async fn read_key(
+    http: &BatonClient,
+    rec: &Recorder,
+    process: u32,
+    node: u64,
+    url: &str,
+    collection: &str,
+    key: &str,
+) -> bool {
+    let p = rec.invoke(process, OpKind::Read, key, |e| e.node = Some(node));
     let reply = http.get(url, &format!("/v1/{collection}/{key}"), REQUEST_TIMEOUT).await;
     let absent = matches!(&reply, Reply::Fail { status: 404, code, .. } if code == "not_found" || code == "no_leader");
     if absent {

@@ -96,6 +96,7 @@ pub(crate) mod testing {
             error: None,
             held: None,
             seq: None,
+            node: None,
         }
     }
 

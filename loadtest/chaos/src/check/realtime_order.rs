@@ -9,11 +9,18 @@ use crate::history::Op;
 /// checks that.)
 pub fn check_realtime_order(ops: &[Op]) -> Verdict {
     let mut v = Verdict::new("realtime-order");
-    let mut grants: Vec<(&Op, u64)> = ops
-        .iter()
-        .filter(|o| o.f.is_grant() && o.is_ok())
-        .filter_map(|o| o.token.map(|t| (o, t)))
-        .collect();
+    // A re-acquire or re-registration by the same lease answers the existing grant's
+    // token: only the first answer of each token is a new grant.
+    let mut first: std::collections::BTreeMap<u64, &Op> = std::collections::BTreeMap::new();
+    for o in ops.iter().filter(|o| o.f.is_grant() && o.is_ok()) {
+        if let Some(t) = o.token {
+            let e = first.entry(t).or_insert(o);
+            if o.invoke_ns < e.invoke_ns {
+                *e = o;
+            }
+        }
+    }
+    let mut grants: Vec<(&Op, u64)> = first.into_iter().map(|(t, o)| (o, t)).collect();
     // Sweep over grants in invoke order while adding completions in completion order.
     let mut by_completion = grants.clone();
     by_completion.sort_by_key(|(o, _)| o.complete_ns);
@@ -66,6 +73,17 @@ mod tests {
             ),
         ];
         assert!(!check_realtime_order(&h).failed());
+    }
+
+    #[test]
+    fn a_re_registration_answering_the_old_token_is_not_a_new_grant() {
+        let h = vec![
+            op(1, 1, OpKind::Register, "n", 0, 10, Outcome::Ok, "x", Some(5)),
+            op(2, 2, OpKind::Acquire, "a", 20, 25, Outcome::Ok, "y", Some(8)),
+            op(3, 1, OpKind::Register, "n", 30, 35, Outcome::Ok, "x", Some(5)),
+        ];
+        let v = check_realtime_order(&h);
+        assert!(!v.failed(), "{v:?}");
     }
 
     #[test]
