@@ -185,6 +185,11 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
     if let Err(e) = &ready {
         eprintln!("baton-chaos: after healing: {e}");
     }
+    let mut recovery = Verdict::new("cluster-recovered");
+    recovery.checked = cfg.nodes;
+    if let Err(e) = &ready {
+        recovery.violation(format!("after the final heal: {e} (see the node logs)"));
+    }
     worker_stop_tx.send_replace(true);
     for w in workers {
         let _ = tokio::time::timeout(Duration::from_secs(30), w).await;
@@ -206,6 +211,11 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
         }
     }
     eprintln!("baton-chaos: {final_reads} final reads");
+    let expected_reads = locks.len() + elections.len() + names.len();
+    if final_reads < expected_reads {
+        recovery.violation(format!("only {final_reads} of {expected_reads} final reads answered"));
+    }
+    std::fs::write(cfg.out.join("recovery.json"), serde_json::to_vec_pretty(&recovery)?)?;
     let end_ns = rec.now_ns();
     {
         let mut c = cluster.lock().await;
@@ -224,7 +234,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
     std::fs::write(cfg.out.join("nemesis.json"), serde_json::to_vec_pretty(&nemesis_log.events())?)?;
     std::fs::write(cfg.out.join("end_ns"), end_ns.to_string())?;
     let ops = history::pair(&events, end_ns);
-    let report = evaluate(cfg.clone(), &ops, reg, nemesis_log.counts(), clock);
+    let report = evaluate(cfg.clone(), &ops, reg, nemesis_log.counts(), clock, recovery);
     std::fs::write(cfg.out.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
     std::fs::write(cfg.out.join("report.txt"), render(&report))?;
     Ok(report)
@@ -238,7 +248,14 @@ pub fn recheck(dir: &Path) -> anyhow::Result<Report> {
     let old: Report = serde_json::from_slice(&std::fs::read(dir.join("report.json"))?)?;
     let ops = history::pair(&events, end_ns);
     let clock = old.config.faults.contains(&FaultFamily::Clock) || old.config.clock_rate != 1.0;
-    Ok(evaluate(old.config, &ops, reg, old.faults, clock))
+    let mut recovery = Verdict::new("cluster-recovered");
+    if let Some(r) = old.verdicts.iter().find(|v| v.checker == "cluster-recovered") {
+        recovery.checked = r.checked;
+        for e in &r.explanations {
+            recovery.violation(e.clone());
+        }
+    }
+    Ok(evaluate(old.config, &ops, reg, old.faults, clock, recovery))
 }
 
 fn evaluate(
@@ -247,6 +264,7 @@ fn evaluate(
     register: BTreeMap<String, Vec<AcceptedWrite>>,
     faults: BTreeMap<String, usize>,
     clock: bool,
+    recovery: Verdict,
 ) -> Report {
     let mut counts: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
     for o in ops {
@@ -259,7 +277,9 @@ fn evaluate(
         *counts.entry(kind).or_default().entry(outcome.into()).or_default() += 1;
     }
     let input = CheckInput { ops: ops.to_vec(), register };
-    let verdicts = check::run_all(&input, &LinearizableConfig::default());
+    let mut verdicts = check::run_all(&input, &LinearizableConfig::default());
+    // Liveness, not safety: after every fault is healed the cluster must serve again.
+    verdicts.push(recovery);
     let strict = config.strict_clock;
     let lines: Vec<VerdictLine> = verdicts.iter().map(|v| line(v, clock && !strict)).collect();
     let violation = lines.iter().any(|l| l.status == "fail");
