@@ -15,8 +15,22 @@ use tokio::process::{Child, Command};
 use crate::client::{BatonClient, Reply};
 use crate::proxy::{LinkMode, LinkProxy};
 
-/// Where Debian's `libfaketime` puts the preload library.
-pub const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+/// Where Debian's `libfaketime` puts the preload library (per architecture).
+const FAKETIME_LIBS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+];
+
+/// The libfaketime preload library (`BATON_CHAOS_FAKETIME_LIB` overrides).
+pub fn faketime_lib() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("BATON_CHAOS_FAKETIME_LIB") {
+        return Some(PathBuf::from(p));
+    }
+    FAKETIME_LIBS
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
 
 /// Cluster settings.
 #[derive(Debug, Clone)]
@@ -55,6 +69,9 @@ pub enum ClusterError {
     /// The binary is missing.
     #[error("baton binary not found at {0}")]
     NoBinary(PathBuf),
+    /// Clock faults asked for but libfaketime is not installed.
+    #[error("clock faults need libfaketime (.ci/setup chaos installs Debian's faketime)")]
+    NoFaketime,
 }
 
 /// One node.
@@ -70,6 +87,9 @@ pub struct Node {
     clock_file: PathBuf,
     child: Option<Child>,
     paused: bool,
+    /// Seconds the node's clock was moved forward so far (never back: a monotonic
+    /// clock that goes backwards is not a real fault, and openraft 0.9 panics on it).
+    clock_offset_s: i64,
     /// How many times it was started.
     pub starts: u32,
 }
@@ -110,6 +130,9 @@ impl Cluster {
         if !cfg.baton_bin.is_file() {
             return Err(ClusterError::NoBinary(cfg.baton_bin.clone()));
         }
+        if cfg.faketime && faketime_lib().is_none() {
+            return Err(ClusterError::NoFaketime);
+        }
         std::fs::create_dir_all(&cfg.dir)?;
         let mut nodes = Vec::new();
         for i in 0..cfg.nodes {
@@ -126,6 +149,7 @@ impl Cluster {
                 clock_file,
                 child: None,
                 paused: false,
+                clock_offset_s: 0,
                 starts: 0,
             });
         }
@@ -133,18 +157,21 @@ impl Cluster {
         for a in &nodes {
             for b in &nodes {
                 if a.id != b.id {
-                    links.insert((a.id, b.id), LinkProxy::start(free_listener().await?, b.raft)?);
+                    links.insert(
+                        (a.id, b.id),
+                        LinkProxy::start(free_listener().await?, b.raft)?,
+                    );
                 }
             }
         }
-        let mut c = Self {
+        let c = Self {
             cfg,
             nodes,
             links,
             http: BatonClient::new(Duration::from_secs(2)),
         };
         for id in c.ids() {
-            c.set_clock_offset(id, 0)?;
+            c.write_clock(id)?;
         }
         Ok(c)
     }
@@ -224,8 +251,8 @@ impl Cluster {
         if cfg.unsafe_no_fsync {
             cmd.arg("--unsafe-no-fsync");
         }
-        if cfg.faketime {
-            cmd.env("LD_PRELOAD", FAKETIME_LIB)
+        if let Some(lib) = faketime_lib().filter(|_| cfg.faketime) {
+            cmd.env("LD_PRELOAD", lib)
                 .env("FAKETIME_TIMESTAMP_FILE", &node.clock_file)
                 // Re-read the control file at most once a second: reading it on every
                 // clock call would slow the node down far more than the fault does.
@@ -298,10 +325,27 @@ impl Cluster {
             .collect()
     }
 
-    /// Writes the libfaketime control file: a clock offset (seconds) on top of the
-    /// node's rate. Takes effect within a second (the cache duration).
-    pub fn set_clock_offset(&mut self, id: u64, offset_s: i64) -> std::io::Result<()> {
-        let rate = if self.cfg.skewed_node == Some(id) { self.cfg.clock_rate } else { 1.0 };
+    /// Moves the node's clock (wall and monotonic) forward by `secs`, as a VM
+    /// suspend or live migration does. Takes effect within a second (libfaketime's
+    /// cache duration) and stays: clocks are never moved back.
+    pub fn advance_clock(&mut self, id: u64, secs: i64) -> std::io::Result<()> {
+        self.node_mut(id).clock_offset_s += secs.max(0);
+        self.write_clock(id)
+    }
+
+    /// The node's clock offset so far (seconds).
+    pub fn clock_offset(&self, id: u64) -> i64 {
+        self.node(id).clock_offset_s
+    }
+
+    /// Writes the libfaketime control file: offset on top of the node's rate.
+    fn write_clock(&self, id: u64) -> std::io::Result<()> {
+        let rate = if self.cfg.skewed_node == Some(id) {
+            self.cfg.clock_rate
+        } else {
+            1.0
+        };
+        let offset_s = self.node(id).clock_offset_s;
         let spec = if rate == 1.0 {
             format!("{offset_s:+}\n")
         } else {
@@ -312,7 +356,11 @@ impl Cluster {
 
     /// `GET /v1/cluster` of one node.
     pub async fn cluster_info(&self, id: u64) -> Option<Value> {
-        match self.http.get(&self.node(id).url(), "/v1/cluster", Duration::from_secs(1)).await {
+        match self
+            .http
+            .get(&self.node(id).url(), "/v1/cluster", Duration::from_secs(1))
+            .await
+        {
             Reply::Ok(v) => Some(v),
             _ => None,
         }
@@ -325,7 +373,11 @@ impl Cluster {
             if n.child.is_none() || n.paused {
                 continue;
             }
-            if let Some(l) = self.cluster_info(n.id).await.and_then(|v| v.get("leader_id").and_then(Value::as_u64)) {
+            if let Some(l) = self
+                .cluster_info(n.id)
+                .await
+                .and_then(|v| v.get("leader_id").and_then(Value::as_u64))
+            {
                 *votes.entry(l).or_default() += 1;
             }
         }
@@ -335,7 +387,9 @@ impl Cluster {
     /// Whether `GET /readyz` answers 200.
     pub async fn ready(&self, id: u64) -> bool {
         matches!(
-            self.http.get(&self.node(id).url(), "/readyz", Duration::from_secs(1)).await,
+            self.http
+                .get(&self.node(id).url(), "/readyz", Duration::from_secs(1))
+                .await,
             Reply::Ok(_)
         )
     }
@@ -357,12 +411,11 @@ impl Cluster {
         Ok(())
     }
 
-    /// Heals everything: restarts killed nodes, resumes paused ones, heals links,
-    /// resets clock offsets.
+    /// Heals everything: restarts killed nodes, resumes paused ones, heals links
+    /// (clocks stay where they jumped to: they only ever move forward).
     pub async fn heal_all(&mut self) -> Result<(), ClusterError> {
         self.heal_links();
         for id in self.ids() {
-            self.set_clock_offset(id, 0)?;
             if self.is_paused(id) {
                 self.signal_pause(id, false).await;
             }

@@ -217,7 +217,9 @@ impl Op {
                 .unwrap_or_else(|| "-".into()),
             self.holder.as_deref().unwrap_or("-"),
             self.error.as_deref().unwrap_or("-"),
-            self.node.map(|n| n.to_string()).unwrap_or_else(|| "-".into()),
+            self.node
+                .map(|n| n.to_string())
+                .unwrap_or_else(|| "-".into()),
         )
     }
 }

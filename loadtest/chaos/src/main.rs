@@ -13,7 +13,10 @@ use baton_chaos::run::{recheck, render, run, RunConfig};
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "baton-chaos", about = "Fault injection and safety checkers for Baton")]
+#[command(
+    name = "baton-chaos",
+    about = "Fault injection and safety checkers for Baton"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,

@@ -97,11 +97,12 @@ pub enum Fault {
         /// How long.
         ms: u64,
     },
-    /// Jump the leader's clock (wall and monotonic) by `offset_s`, then back.
+    /// Jump the leader's clock (wall and monotonic) forward by `offset_s` (it is
+    /// never put back: monotonic clocks do not go backwards).
     ClockJumpLeader {
-        /// Seconds (negative jumps back).
+        /// Seconds forward.
         offset_s: i64,
-        /// How long before the clock is put back.
+        /// How long the nemesis waits before its next fault.
         ms: u64,
     },
 }
@@ -153,13 +154,21 @@ pub fn schedule(p: &ScheduleParams, families: &[FaultFamily]) -> Vec<(u64, Fault
         let et = p.election_timeout_ms;
         let fault = match fam {
             FaultFamily::Kill => match rng.gen_range(0..10) {
-                0..=4 => Fault::KillLeader { down_ms: rng.gen_range(300..3_000) },
-                5..=7 => Fault::KillMinority { down_ms: rng.gen_range(300..3_000) },
-                _ => Fault::KillAll { down_ms: rng.gen_range(200..1_500) },
+                0..=4 => Fault::KillLeader {
+                    down_ms: rng.gen_range(300..3_000),
+                },
+                5..=7 => Fault::KillMinority {
+                    down_ms: rng.gen_range(300..3_000),
+                },
+                _ => Fault::KillAll {
+                    down_ms: rng.gen_range(200..1_500),
+                },
             },
             FaultFamily::Pause => {
                 if rng.gen_bool(0.4) {
-                    Fault::PauseLeader { ms: rng.gen_range(2 * et..4 * et) }
+                    Fault::PauseLeader {
+                        ms: rng.gen_range(2 * et..4 * et),
+                    }
                 } else {
                     Fault::PauseWorker {
                         worker: rng.gen_range(1..=p.workers.max(1)),
@@ -168,24 +177,30 @@ pub fn schedule(p: &ScheduleParams, families: &[FaultFamily]) -> Vec<(u64, Fault
                 }
             }
             FaultFamily::Partition => {
-                let mode = if rng.gen_bool(0.5) { LinkMode::Drop } else { LinkMode::Blackhole };
+                let mode = if rng.gen_bool(0.5) {
+                    LinkMode::Drop
+                } else {
+                    LinkMode::Blackhole
+                };
                 let ms = rng.gen_range(1_500..5_000);
                 match rng.gen_range(0..3) {
                     0 => Fault::IsolateLeader { mode, ms },
                     1 => Fault::SplitMinority { mode, ms },
-                    _ => Fault::OneWayLeader { outbound: rng.gen_bool(0.5), ms },
+                    _ => Fault::OneWayLeader {
+                        outbound: rng.gen_bool(0.5),
+                        ms,
+                    },
                 }
             }
-            FaultFamily::Clock => {
-                let mag = rng.gen_range(2..30);
-                Fault::ClockJumpLeader {
-                    offset_s: if rng.gen_bool(0.7) { mag } else { -mag },
-                    ms: rng.gen_range(1_500..4_000),
-                }
-            }
+            FaultFamily::Clock => Fault::ClockJumpLeader {
+                offset_s: rng.gen_range(1..20),
+                ms: rng.gen_range(1_500..4_000),
+            },
         };
         let length = match &fault {
-            Fault::KillLeader { down_ms } | Fault::KillMinority { down_ms } | Fault::KillAll { down_ms } => *down_ms,
+            Fault::KillLeader { down_ms }
+            | Fault::KillMinority { down_ms }
+            | Fault::KillAll { down_ms } => *down_ms,
             Fault::PauseLeader { ms }
             | Fault::PauseWorker { ms, .. }
             | Fault::IsolateLeader { ms, .. }
@@ -220,18 +235,31 @@ pub struct NemesisLog {
 impl NemesisLog {
     /// A log on the history's clock.
     pub fn new(rec: Recorder) -> Self {
-        Self { rec, events: Arc::default() }
+        Self {
+            rec,
+            events: Arc::default(),
+        }
     }
 
     /// Appends an event.
     pub fn record(&self, what: &str, detail: String) {
-        let e = NemesisEvent { time_ns: self.rec.now_ns(), what: what.into(), detail };
-        self.events.lock().unwrap_or_else(|p| p.into_inner()).push(e);
+        let e = NemesisEvent {
+            time_ns: self.rec.now_ns(),
+            what: what.into(),
+            detail,
+        };
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(e);
     }
 
     /// Every event.
     pub fn events(&self) -> Vec<NemesisEvent> {
-        self.events.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Count of events per name (heals excluded).
@@ -307,7 +335,8 @@ impl Nemesis {
         match fault {
             Fault::KillLeader { down_ms } => {
                 let l = self.leader_or_random(rng).await;
-                self.log.record(name, format!("kill -9 node {l}, down {down_ms} ms"));
+                self.log
+                    .record(name, format!("kill -9 node {l}, down {down_ms} ms"));
                 self.cluster.lock().await.kill(l).await;
                 self.hold(*down_ms, stop).await;
                 self.restart(&[l]).await;
@@ -317,7 +346,10 @@ impl Nemesis {
                 ids.shuffle(rng);
                 let k = rng.gen_range(1..=(ids.len() - 1) / 2);
                 let victims: Vec<u64> = ids[..k].to_vec();
-                self.log.record(name, format!("kill -9 nodes {victims:?}, down {down_ms} ms"));
+                self.log.record(
+                    name,
+                    format!("kill -9 nodes {victims:?}, down {down_ms} ms"),
+                );
                 for v in &victims {
                     self.cluster.lock().await.kill(*v).await;
                 }
@@ -326,7 +358,8 @@ impl Nemesis {
             }
             Fault::KillAll { down_ms } => {
                 let ids = self.cluster.lock().await.ids();
-                self.log.record(name, format!("kill -9 all nodes, down {down_ms} ms"));
+                self.log
+                    .record(name, format!("kill -9 all nodes, down {down_ms} ms"));
                 for v in &ids {
                     self.cluster.lock().await.kill(*v).await;
                 }
@@ -335,7 +368,8 @@ impl Nemesis {
             }
             Fault::PauseLeader { ms } => {
                 let l = self.leader_or_random(rng).await;
-                self.log.record(name, format!("SIGSTOP node {l} for {ms} ms"));
+                self.log
+                    .record(name, format!("SIGSTOP node {l} for {ms} ms"));
                 self.cluster.lock().await.signal_pause(l, true).await;
                 self.hold(*ms, stop).await;
                 self.cluster.lock().await.signal_pause(l, false).await;
@@ -349,7 +383,8 @@ impl Nemesis {
             }
             Fault::IsolateLeader { mode, ms } => {
                 let l = self.leader_or_random(rng).await;
-                self.log.record(name, format!("{mode:?} all links of node {l} for {ms} ms"));
+                self.log
+                    .record(name, format!("{mode:?} all links of node {l} for {ms} ms"));
                 {
                     let c = self.cluster.lock().await;
                     for o in c.ids().into_iter().filter(|o| *o != l) {
@@ -365,7 +400,10 @@ impl Nemesis {
                 ids.shuffle(rng);
                 let k = rng.gen_range(1..=(ids.len() - 1) / 2);
                 let (minority, majority) = ids.split_at(k);
-                self.log.record(name, format!("{mode:?} between {minority:?} and {majority:?} for {ms} ms"));
+                self.log.record(
+                    name,
+                    format!("{mode:?} between {minority:?} and {majority:?} for {ms} ms"),
+                );
                 {
                     let c = self.cluster.lock().await;
                     for a in minority {
@@ -381,7 +419,8 @@ impl Nemesis {
             Fault::OneWayLeader { outbound, ms } => {
                 let l = self.leader_or_random(rng).await;
                 let dir = if *outbound { "from" } else { "to" };
-                self.log.record(name, format!("drop links {dir} node {l} only, for {ms} ms"));
+                self.log
+                    .record(name, format!("drop links {dir} node {l} only, for {ms} ms"));
                 {
                     let c = self.cluster.lock().await;
                     for o in c.ids().into_iter().filter(|o| *o != l) {
@@ -397,11 +436,16 @@ impl Nemesis {
             }
             Fault::ClockJumpLeader { offset_s, ms } => {
                 let l = self.leader_or_random(rng).await;
-                self.log.record(name, format!("clock of node {l} jumps {offset_s:+} s for {ms} ms"));
-                let _ = self.cluster.lock().await.set_clock_offset(l, *offset_s);
+                let total = {
+                    let mut c = self.cluster.lock().await;
+                    let _ = c.advance_clock(l, *offset_s);
+                    c.clock_offset(l)
+                };
+                self.log.record(
+                    name,
+                    format!("clock of node {l} jumps {offset_s:+} s (now {total:+} s)"),
+                );
                 self.hold(*ms, stop).await;
-                let _ = self.cluster.lock().await.set_clock_offset(l, 0);
-                self.log.record("heal", format!("clock of node {l} back"));
             }
         }
     }
@@ -410,7 +454,8 @@ impl Nemesis {
         let mut c = self.cluster.lock().await;
         for id in ids {
             if let Err(e) = c.start(*id) {
-                self.log.record("heal", format!("restart of node {id} failed: {e}"));
+                self.log
+                    .record("heal", format!("restart of node {id} failed: {e}"));
             }
         }
         self.log.record("heal", format!("restarted nodes {ids:?}"));
@@ -427,12 +472,23 @@ mod tests {
     use super::*;
 
     fn params(seed: u64) -> ScheduleParams {
-        ScheduleParams { seed, duration_ms: 60_000, workers: 6, ttl_ms: 1_500, election_timeout_ms: 500 }
+        ScheduleParams {
+            seed,
+            duration_ms: 60_000,
+            workers: 6,
+            ttl_ms: 1_500,
+            election_timeout_ms: 500,
+        }
     }
 
     #[test]
     fn the_schedule_is_reproducible_from_the_seed() {
-        let all = [FaultFamily::Kill, FaultFamily::Pause, FaultFamily::Partition, FaultFamily::Clock];
+        let all = [
+            FaultFamily::Kill,
+            FaultFamily::Pause,
+            FaultFamily::Partition,
+            FaultFamily::Clock,
+        ];
         let a = schedule(&params(7), &all);
         assert!(a.len() > 5);
         assert_eq!(a, schedule(&params(7), &all));
@@ -446,7 +502,10 @@ mod tests {
             f,
             Fault::IsolateLeader { .. } | Fault::SplitMinority { .. } | Fault::OneWayLeader { .. }
         )));
-        assert_eq!(FaultFamily::parse_list("kill,clock"), Ok(vec![FaultFamily::Kill, FaultFamily::Clock]));
+        assert_eq!(
+            FaultFamily::parse_list("kill,clock"),
+            Ok(vec![FaultFamily::Kill, FaultFamily::Clock])
+        );
         assert!(FaultFamily::parse_list("kill,bogus").is_err());
     }
 }

@@ -138,7 +138,11 @@ mod tests {
         let mut s = TcpStream::connect(addr).await.ok()?;
         s.write_all(b"ping").await.ok()?;
         let mut buf = [0u8; 4];
-        let r = tokio::time::timeout(std::time::Duration::from_millis(500), s.read_exact(&mut buf)).await;
+        let r = tokio::time::timeout(
+            std::time::Duration::from_millis(500),
+            s.read_exact(&mut buf),
+        )
+        .await;
         match r {
             Ok(Ok(_)) => Some(buf.to_vec()),
             _ => None,

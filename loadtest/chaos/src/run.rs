@@ -24,7 +24,12 @@ use crate::worker::{read_key, Worker, WorkerConfig};
 /// Checkers whose verdict depends on clocks running at the real rate: under a
 /// clock fault their failures are outside Baton's contract (leases are timed by
 /// the leader's clock) and are reported but not counted, unless `strict_clock`.
-pub const CLOCK_DEPENDENT: &[&str] = &["lease-kept-alive", "mutual-exclusion", "final-state", "linearizable"];
+pub const CLOCK_DEPENDENT: &[&str] = &[
+    "lease-kept-alive",
+    "mutual-exclusion",
+    "final-state",
+    "linearizable",
+];
 
 /// Settings of a run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -131,12 +136,19 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
         anyhow::bail!("{e}; see the node logs in {}", cluster_dir.display());
     }
     let leader = cluster.leader().await;
-    eprintln!("baton-chaos: cluster of {} ready, leader {leader:?}", cfg.nodes);
+    eprintln!(
+        "baton-chaos: cluster of {} ready, leader {leader:?}",
+        cfg.nodes
+    );
     let urls = cluster.urls();
     let cluster = Arc::new(tokio::sync::Mutex::new(cluster));
 
     let rec = Recorder::new();
-    let register = if cfg.unsafe_skip_fencing { FencedRegister::unchecked() } else { FencedRegister::new() };
+    let register = if cfg.unsafe_skip_fencing {
+        FencedRegister::unchecked()
+    } else {
+        FencedRegister::new()
+    };
     let nemesis_log = NemesisLog::new(rec.clone());
     let (locks, elections, names) = keys(cfg.keys);
     let wcfg = Arc::new(WorkerConfig {
@@ -155,7 +167,15 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
     for id in 1..=cfg.workers {
         let (tx, rx) = mpsc::unbounded_channel();
         pause_txs.push(tx);
-        let w = Worker::new(id, wcfg.clone(), rec.clone(), register.clone(), rx, worker_stop.clone(), nemesis_log.clone());
+        let w = Worker::new(
+            id,
+            wcfg.clone(),
+            rec.clone(),
+            register.clone(),
+            rx,
+            worker_stop.clone(),
+            nemesis_log.clone(),
+        );
         workers.push(tokio::spawn(w.run()));
     }
     let plan = schedule(
@@ -168,7 +188,10 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
         },
         &cfg.faults,
     );
-    std::fs::write(cfg.out.join("schedule.json"), serde_json::to_vec_pretty(&plan)?)?;
+    std::fs::write(
+        cfg.out.join("schedule.json"),
+        serde_json::to_vec_pretty(&plan)?,
+    )?;
     let nemesis = Nemesis {
         cluster: cluster.clone(),
         worker_pauses: pause_txs,
@@ -178,10 +201,18 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
     let nemesis_task = tokio::spawn(nemesis.run(plan, nemesis_stop));
 
     tokio::time::sleep(Duration::from_secs(cfg.duration_s)).await;
-    eprintln!("baton-chaos: {} s done, {} events; healing", cfg.duration_s, rec.len());
+    eprintln!(
+        "baton-chaos: {} s done, {} events; healing",
+        cfg.duration_s,
+        rec.len()
+    );
     nemesis_stop_tx.send_replace(true);
     let _ = nemesis_task.await;
-    let ready = cluster.lock().await.wait_ready(Duration::from_secs(60)).await;
+    let ready = cluster
+        .lock()
+        .await
+        .wait_ready(Duration::from_secs(60))
+        .await;
     if let Err(e) = &ready {
         eprintln!("baton-chaos: after healing: {e}");
     }
@@ -198,11 +229,25 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
     // Final state, read through the API right after the workers' last refresh.
     let http = BatonClient::new(Duration::from_secs(2));
     let mut final_reads = 0;
-    for (collection, ks) in [("locks", &locks), ("elections", &elections), ("names", &names)] {
+    for (collection, ks) in [
+        ("locks", &locks),
+        ("elections", &elections),
+        ("names", &names),
+    ] {
         for (i, k) in ks.iter().enumerate() {
             for attempt in 0..20 {
                 let n = (i + attempt) % urls.len();
-                if read_key(&http, &rec, FINAL_PROCESS, n as u64 + 1, &urls[n], collection, k).await {
+                if read_key(
+                    &http,
+                    &rec,
+                    FINAL_PROCESS,
+                    n as u64 + 1,
+                    &urls[n],
+                    collection,
+                    k,
+                )
+                .await
+                {
                     final_reads += 1;
                     break;
                 }
@@ -213,9 +258,14 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
     eprintln!("baton-chaos: {final_reads} final reads");
     let expected_reads = locks.len() + elections.len() + names.len();
     if final_reads < expected_reads {
-        recovery.violation(format!("only {final_reads} of {expected_reads} final reads answered"));
+        recovery.violation(format!(
+            "only {final_reads} of {expected_reads} final reads answered"
+        ));
     }
-    std::fs::write(cfg.out.join("recovery.json"), serde_json::to_vec_pretty(&recovery)?)?;
+    std::fs::write(
+        cfg.out.join("recovery.json"),
+        serde_json::to_vec_pretty(&recovery)?,
+    )?;
     let end_ns = rec.now_ns();
     {
         let mut c = cluster.lock().await;
@@ -231,11 +281,24 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
     history::write_jsonl(&cfg.out.join("history.jsonl"), &events)?;
     let reg = register.snapshot();
     std::fs::write(cfg.out.join("register.json"), serde_json::to_vec(&reg)?)?;
-    std::fs::write(cfg.out.join("nemesis.json"), serde_json::to_vec_pretty(&nemesis_log.events())?)?;
+    std::fs::write(
+        cfg.out.join("nemesis.json"),
+        serde_json::to_vec_pretty(&nemesis_log.events())?,
+    )?;
     std::fs::write(cfg.out.join("end_ns"), end_ns.to_string())?;
     let ops = history::pair(&events, end_ns);
-    let report = evaluate(cfg.clone(), &ops, reg, nemesis_log.counts(), clock, recovery);
-    std::fs::write(cfg.out.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
+    let report = evaluate(
+        cfg.clone(),
+        &ops,
+        reg,
+        nemesis_log.counts(),
+        clock,
+        recovery,
+    );
+    std::fs::write(
+        cfg.out.join("report.json"),
+        serde_json::to_vec_pretty(&report)?,
+    )?;
     std::fs::write(cfg.out.join("report.txt"), render(&report))?;
     Ok(report)
 }
@@ -243,13 +306,20 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
 /// Re-checks a saved run directory.
 pub fn recheck(dir: &Path) -> anyhow::Result<Report> {
     let events = history::read_jsonl(&dir.join("history.jsonl"))?;
-    let reg: BTreeMap<String, Vec<AcceptedWrite>> = serde_json::from_slice(&std::fs::read(dir.join("register.json"))?)?;
-    let end_ns: u64 = std::fs::read_to_string(dir.join("end_ns"))?.trim().parse()?;
+    let reg: BTreeMap<String, Vec<AcceptedWrite>> =
+        serde_json::from_slice(&std::fs::read(dir.join("register.json"))?)?;
+    let end_ns: u64 = std::fs::read_to_string(dir.join("end_ns"))?
+        .trim()
+        .parse()?;
     let old: Report = serde_json::from_slice(&std::fs::read(dir.join("report.json"))?)?;
     let ops = history::pair(&events, end_ns);
     let clock = old.config.faults.contains(&FaultFamily::Clock) || old.config.clock_rate != 1.0;
     let mut recovery = Verdict::new("cluster-recovered");
-    if let Some(r) = old.verdicts.iter().find(|v| v.checker == "cluster-recovered") {
+    if let Some(r) = old
+        .verdicts
+        .iter()
+        .find(|v| v.checker == "cluster-recovered")
+    {
         recovery.checked = r.checked;
         for e in &r.explanations {
             recovery.violation(e.clone());
@@ -268,15 +338,25 @@ fn evaluate(
 ) -> Report {
     let mut counts: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
     for o in ops {
-        let kind = serde_json::to_value(o.f).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+        let kind = serde_json::to_value(o.f)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
         let outcome = match o.outcome {
             Outcome::Ok => "ok",
             Outcome::Fail => "fail",
             Outcome::Unknown => "unknown",
         };
-        *counts.entry(kind).or_default().entry(outcome.into()).or_default() += 1;
+        *counts
+            .entry(kind)
+            .or_default()
+            .entry(outcome.into())
+            .or_default() += 1;
     }
-    let input = CheckInput { ops: ops.to_vec(), register };
+    let input = CheckInput {
+        ops: ops.to_vec(),
+        register,
+    };
     let mut verdicts = check::run_all(&input, &LinearizableConfig::default());
     // Liveness, not safety: after every fault is healed the cluster must serve again.
     verdicts.push(recovery);
@@ -297,7 +377,9 @@ fn line(v: &Verdict, clock_excused: bool) -> VerdictLine {
     let status = match v.status {
         Status::Pass => "pass",
         Status::Inconclusive => "inconclusive",
-        Status::Fail if clock_excused && CLOCK_DEPENDENT.contains(&v.checker) => "fail-outside-contract",
+        Status::Fail if clock_excused && CLOCK_DEPENDENT.contains(&v.checker) => {
+            "fail-outside-contract"
+        }
         Status::Fail => "fail",
     };
     VerdictLine {
@@ -320,9 +402,21 @@ pub fn render(r: &Report) -> String {
         c.faults,
         c.workers,
         c.ttl_ms,
-        if c.unsafe_no_fsync { ", UNSAFE no-fsync" } else { "" },
-        if c.unsafe_skip_fencing { ", UNSAFE skip-fencing" } else { "" },
-        if c.clock_rate != 1.0 { format!(", one clock at x{}", c.clock_rate) } else { String::new() },
+        if c.unsafe_no_fsync {
+            ", UNSAFE no-fsync"
+        } else {
+            ""
+        },
+        if c.unsafe_skip_fencing {
+            ", UNSAFE skip-fencing"
+        } else {
+            ""
+        },
+        if c.clock_rate != 1.0 {
+            format!(", one clock at x{}", c.clock_rate)
+        } else {
+            String::new()
+        },
     );
     s += &format!("operations: {}\n", r.total_ops);
     for (kind, outcomes) in &r.ops {
@@ -336,7 +430,13 @@ pub fn render(r: &Report) -> String {
     }
     s += "checker              verdict                 checked  violations\n";
     for v in &r.verdicts {
-        s += &format!("  {:<18} {:<22} {:>8}  {:>10}\n", v.checker, v.status.to_uppercase(), v.checked, v.violations);
+        s += &format!(
+            "  {:<18} {:<22} {:>8}  {:>10}\n",
+            v.checker,
+            v.status.to_uppercase(),
+            v.checked,
+            v.violations
+        );
     }
     for v in r.verdicts.iter().filter(|v| v.status != "pass") {
         s += &format!("\n{} ({}):\n", v.checker, v.status);
@@ -344,6 +444,13 @@ pub fn render(r: &Report) -> String {
             s += &format!("  - {e}\n");
         }
     }
-    s += &format!("\nverdict: {}\n", if r.violation { "VIOLATION" } else { "no violation" });
+    s += &format!(
+        "\nverdict: {}\n",
+        if r.violation {
+            "VIOLATION"
+        } else {
+            "no violation"
+        }
+    );
     s
 }

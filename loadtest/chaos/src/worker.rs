@@ -82,7 +82,8 @@ impl Worker {
         stop: watch::Receiver<bool>,
         nemesis: NemesisLog,
     ) -> Self {
-        let rng = StdRng::seed_from_u64(cfg.seed.wrapping_mul(1_000_003).wrapping_add(u64::from(id)));
+        let rng =
+            StdRng::seed_from_u64(cfg.seed.wrapping_mul(1_000_003).wrapping_add(u64::from(id)));
         Self {
             id,
             cfg,
@@ -150,14 +151,25 @@ impl Worker {
         self.sessions += 1;
         let holder = format!("p{}-s{}", self.id, self.sessions);
         let ttl = self.cfg.ttl_ms;
-        let wait_ms = if self.rng.gen_bool(0.5) { 0 } else { self.rng.gen_range(100..1000) };
+        let wait_ms = if self.rng.gen_bool(0.5) {
+            0
+        } else {
+            self.rng.gen_range(100..1000)
+        };
         let sent = Instant::now();
         let Some((lease, token)) = self.grant(kind, &key, &holder, wait_ms).await else {
             let d = Duration::from_millis(self.rng.gen_range(50..300));
             self.sleep(d).await;
             return;
         };
-        let mut h = Holding { kind, key, holder, lease, token, sent };
+        let mut h = Holding {
+            kind,
+            key,
+            holder,
+            lease,
+            token,
+            sent,
+        };
         let rounds = self.rng.gen_range(1..=6);
         let mut lost = false;
         for _ in 0..rounds {
@@ -195,7 +207,13 @@ impl Worker {
         if let Ok(d) = self.pauses.try_recv() {
             self.nemesis.record(
                 "pause-worker",
-                format!("p{} paused {} ms holding {} token {}", self.id, d.as_millis(), h.key, h.token),
+                format!(
+                    "p{} paused {} ms holding {} token {}",
+                    self.id,
+                    d.as_millis(),
+                    h.key,
+                    h.token
+                ),
             );
             tokio::time::sleep(d).await;
         }
@@ -215,13 +233,21 @@ impl Worker {
                 });
             }
             WriteResult::Stale { highest } => {
-                p.complete(EventType::Fail, |e| e.error = Some(format!("stale_token(highest {highest})")));
+                p.complete(EventType::Fail, |e| {
+                    e.error = Some(format!("stale_token(highest {highest})"))
+                });
             }
         }
     }
 
     /// The grant; returns (lease, token) on success.
-    async fn grant(&mut self, kind: Kind, key: &str, holder: &str, wait_ms: u64) -> Option<(String, u64)> {
+    async fn grant(
+        &mut self,
+        kind: Kind,
+        key: &str,
+        holder: &str,
+        wait_ms: u64,
+    ) -> Option<(String, u64)> {
         let ttl = self.cfg.ttl_ms;
         let (node, url) = self.url();
         let timeout = REQUEST_TIMEOUT + Duration::from_millis(wait_ms);
@@ -279,7 +305,10 @@ impl Worker {
             Kind::Election | Kind::Name if self.rng.gen_bool(0.7) => {
                 let path = format!("/v1/leases/{}:keepalive", h.lease);
                 let p = self.invoke_on(OpKind::Keepalive, h, false, node);
-                let r = self.http.post(&url, &path, &Value::Null, REQUEST_TIMEOUT).await;
+                let r = self
+                    .http
+                    .post(&url, &path, &Value::Null, REQUEST_TIMEOUT)
+                    .await;
                 complete(p, &r, |_, _| {});
                 (OpKind::Keepalive, r)
             }
@@ -293,7 +322,8 @@ impl Worker {
             }
             Kind::Name => {
                 // Re-registration by the owning lease: same token, value updated.
-                let body = json!({"lease_id": h.lease, "holder": h.holder, "value": {"p": self.id}});
+                let body =
+                    json!({"lease_id": h.lease, "holder": h.holder, "value": {"p": self.id}});
                 let path = format!("/v1/names/{}", h.key);
                 let p = self.invoke_on(OpKind::Register, h, false, node);
                 let r = self.http.put(&url, &path, &body, REQUEST_TIMEOUT).await;
@@ -320,25 +350,55 @@ impl Worker {
             Kind::Lock => {
                 let body = json!({"lease_id": h.lease, "token": h.token});
                 let p = self.invoke_on(OpKind::Release, h, true, node);
-                let r = self.http.post(&url, &format!("/v1/locks/{}:release", h.key), &body, REQUEST_TIMEOUT).await;
+                let r = self
+                    .http
+                    .post(
+                        &url,
+                        &format!("/v1/locks/{}:release", h.key),
+                        &body,
+                        REQUEST_TIMEOUT,
+                    )
+                    .await;
                 complete(p, &r, |_, _| {});
             }
             Kind::Election => {
                 let body = json!({"lease_id": h.lease, "token": h.token});
                 let p = self.invoke_on(OpKind::Resign, h, true, node);
-                let r = self.http.post(&url, &format!("/v1/elections/{}:resign", h.key), &body, REQUEST_TIMEOUT).await;
+                let r = self
+                    .http
+                    .post(
+                        &url,
+                        &format!("/v1/elections/{}:resign", h.key),
+                        &body,
+                        REQUEST_TIMEOUT,
+                    )
+                    .await;
                 complete(p, &r, |_, _| {});
             }
             Kind::Name => {
                 let body = json!({"lease_id": h.lease});
                 let p = self.invoke_on(OpKind::Unregister, h, true, node);
-                let r = self.http.delete(&url, &format!("/v1/names/{}", h.key), &body, REQUEST_TIMEOUT).await;
+                let r = self
+                    .http
+                    .delete(
+                        &url,
+                        &format!("/v1/names/{}", h.key),
+                        &body,
+                        REQUEST_TIMEOUT,
+                    )
+                    .await;
                 complete(p, &r, |_, _| {});
             }
         }
     }
 
-    fn invoke_on(&self, f: OpKind, h: &Holding, with_token: bool, node: u64) -> crate::recorder::Pending {
+    fn invoke_on(
+        &self,
+        f: OpKind,
+        h: &Holding,
+        with_token: bool,
+        node: u64,
+    ) -> crate::recorder::Pending {
         let ttl = self.cfg.ttl_ms;
         self.rec.invoke(self.id, f, &h.key, |e| {
             e.node = Some(node);
@@ -353,7 +413,16 @@ impl Worker {
 
     async fn read(&mut self, kind: Kind, key: &str) {
         let (node, url) = self.url();
-        read_key(&self.http, &self.rec, self.id, node, &url, kind_path(kind), key).await;
+        read_key(
+            &self.http,
+            &self.rec,
+            self.id,
+            node,
+            &url,
+            kind_path(kind),
+            key,
+        )
+        .await;
     }
 }
 
@@ -393,7 +462,9 @@ pub async fn read_key(
     key: &str,
 ) -> bool {
     let p = rec.invoke(process, OpKind::Read, key, |e| e.node = Some(node));
-    let reply = http.get(url, &format!("/v1/{collection}/{key}"), REQUEST_TIMEOUT).await;
+    let reply = http
+        .get(url, &format!("/v1/{collection}/{key}"), REQUEST_TIMEOUT)
+        .await;
     let absent = matches!(&reply, Reply::Fail { status: 404, code, .. } if code == "not_found" || code == "no_leader");
     if absent {
         p.complete(EventType::Ok, |e| e.held = Some(false));

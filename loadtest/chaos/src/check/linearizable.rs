@@ -263,27 +263,22 @@ pub fn search(model: &LockModel, ops: &[ModelOp], times: &[(u64, u64)], max_step
         } else if stack.len() >= deepest {
             stuck_at = node.op;
         }
-        // Backtrack.
-        loop {
-            let Some(frame) = stack.pop() else {
-                return Search::NotLinearizable { deepest, stuck_at };
-            };
-            let op = nodes[frame.call].op;
-            linearized[op / 64] &= !(1 << (op % 64));
-            unlift(&mut nodes, frame.call);
-            state = frame.before;
-            // Lift again with the next alternative, if any.
-            let call = frame.call;
-            let alts = frame.alts;
-            if frame.next_alt < alts.len() {
-                let before = frame.before;
-                if attempt!(call, before, alts, frame.next_alt) {
-                    entry = nodes[0].next;
-                    break;
-                }
-            }
+        // Backtrack: undo the last linearized op and try its next alternative, or
+        // move past it.
+        let Some(frame) = stack.pop() else {
+            return Search::NotLinearizable { deepest, stuck_at };
+        };
+        let op = nodes[frame.call].op;
+        linearized[op / 64] &= !(1 << (op % 64));
+        unlift(&mut nodes, frame.call);
+        state = frame.before;
+        let call = frame.call;
+        let alts = frame.alts;
+        let before = frame.before;
+        if frame.next_alt < alts.len() && attempt!(call, before, alts, frame.next_alt) {
+            entry = nodes[0].next;
+        } else {
             entry = nodes[call].next;
-            break;
         }
     }
     Search::Linearizable

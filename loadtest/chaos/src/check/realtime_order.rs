@@ -78,9 +78,39 @@ mod tests {
     #[test]
     fn a_re_registration_answering_the_old_token_is_not_a_new_grant() {
         let h = vec![
-            op(1, 1, OpKind::Register, "n", 0, 10, Outcome::Ok, "x", Some(5)),
-            op(2, 2, OpKind::Acquire, "a", 20, 25, Outcome::Ok, "y", Some(8)),
-            op(3, 1, OpKind::Register, "n", 30, 35, Outcome::Ok, "x", Some(5)),
+            op(
+                1,
+                1,
+                OpKind::Register,
+                "n",
+                0,
+                10,
+                Outcome::Ok,
+                "x",
+                Some(5),
+            ),
+            op(
+                2,
+                2,
+                OpKind::Acquire,
+                "a",
+                20,
+                25,
+                Outcome::Ok,
+                "y",
+                Some(8),
+            ),
+            op(
+                3,
+                1,
+                OpKind::Register,
+                "n",
+                30,
+                35,
+                Outcome::Ok,
+                "x",
+                Some(5),
+            ),
         ];
         let v = check_realtime_order(&h);
         assert!(!v.failed(), "{v:?}");
