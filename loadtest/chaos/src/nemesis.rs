@@ -215,7 +215,7 @@ pub fn schedule(p: &ScheduleParams, families: &[FaultFamily]) -> Vec<(u64, Fault
 }
 
 /// A nemesis event for the report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NemesisEvent {
     /// Same clock as the history.
     pub time_ns: u64,

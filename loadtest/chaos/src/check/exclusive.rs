@@ -31,12 +31,12 @@ pub fn check_exclusive(ops: &[crate::history::Op]) -> Verdict {
                         .iter()
                         .find(|(from, until, _)| *from < g.invoke_ns && g.complete_ns < *until)
                     {
-                        v.violation(format!(
+                        v.violation_in(format!(
                             "{key} granted to {hb} while {ha} held it (kept alive until {:.3}s):\n    {}\n    {}",
                             *until as f64 / 1e9,
                             r.describe(),
                             g.describe()
-                        ));
+                        ), r.invoke_ns, g.complete_ns);
                     }
                 }
             }

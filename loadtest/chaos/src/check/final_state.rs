@@ -43,11 +43,11 @@ pub fn check_final_state(ops: &[Op]) -> Verdict {
         }
         if let Some(until) = s.protected_until() {
             if f.complete_ns < until && !(shown && f.token == Some(token)) {
-                v.violation(format!(
+                v.violation_in(format!(
                     "acknowledged grant lost: {key} token {token} of {holder} was kept alive until {:.3}s but the final read says {}",
                     until as f64 / 1e9,
                     f.describe()
-                ));
+                ), s.protected().iter().map(|(_, _, r)| r.invoke_ns).max().unwrap_or(0), f.complete_ns);
             }
         }
     }

@@ -33,12 +33,12 @@ pub fn check_lease_expiry(ops: &[Op]) -> Verdict {
                 .iter()
                 .find(|(from, until, _)| *from < x.invoke_ns && x.complete_ns < *until);
             if let Some((_, until, r)) = covering {
-                v.violation(format!(
+                v.violation_in(format!(
                     "{key}: holding of {holder} gone ({code}) before its TTL ran out at {:.3}s:\n    refreshed by {}\n    gone in   {}",
                     *until as f64 / 1e9,
                     r.describe(),
                     x.describe()
-                ));
+                ), r.invoke_ns, x.complete_ns);
             }
         }
     }

@@ -95,12 +95,13 @@ pub fn check_linearizable(ops: &[Op], config: &LinearizableConfig) -> Verdict {
                     .take(12)
                     .map(|(o, _)| format!("    {}", o.describe()))
                     .collect();
-                v.violation(format!(
+                let ttl_ns = op.ttl_ms.unwrap_or(0) * 1_000_000;
+                v.violation_in(format!(
                     "{key}: not linearizable ({} ops; at most {deepest} linearized); no valid order gets past\n    {}\n  ops around it:\n{}",
                     prepared.len(),
                     op.describe(),
                     around.join("\n")
-                ));
+                ), op.invoke_ns.saturating_sub(2 * ttl_ns + 2_000_000_000), op.complete_ns);
             }
         }
     }
