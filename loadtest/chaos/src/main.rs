@@ -82,6 +82,10 @@ struct RunArgs {
     /// register does not check tokens.
     #[arg(long)]
     unsafe_skip_fencing: bool,
+    /// Negative control: every kill-all also wipes the nodes' data directories
+    /// (acknowledged writes lost, as on a disk that never synced).
+    #[arg(long)]
+    unsafe_wipe_on_kill_all: bool,
     /// Exit 0 only if a violation WAS found (for negative controls).
     #[arg(long)]
     expect_violation: bool,
@@ -120,6 +124,7 @@ fn main() -> ExitCode {
                 out: a.out,
                 unsafe_no_fsync: a.unsafe_no_fsync,
                 unsafe_skip_fencing: a.unsafe_skip_fencing,
+                unsafe_wipe_on_kill_all: a.unsafe_wipe_on_kill_all,
                 clock_rate: a.clock_rate,
                 strict_clock: a.strict_clock,
                 heartbeat_ms: a.heartbeat_ms,

@@ -284,6 +284,8 @@ pub struct Nemesis {
     pub log: NemesisLog,
     /// Seed for target choices.
     pub seed: u64,
+    /// Negative control: a kill-all also wipes every node's data directory.
+    pub wipe_on_kill_all: bool,
 }
 
 impl Nemesis {
@@ -362,6 +364,13 @@ impl Nemesis {
                     .record(name, format!("kill -9 all nodes, down {down_ms} ms"));
                 for v in &ids {
                     self.cluster.lock().await.kill(*v).await;
+                }
+                if self.wipe_on_kill_all {
+                    let mut c = self.cluster.lock().await;
+                    for v in &ids {
+                        let _ = c.wipe_data(*v);
+                    }
+                    self.log.record("wipe-data", format!("data directories of {ids:?} wiped"));
                 }
                 self.hold(*down_ms, stop).await;
                 self.restart(&ids).await;

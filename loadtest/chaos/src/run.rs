@@ -54,6 +54,10 @@ pub struct RunConfig {
     pub out: PathBuf,
     /// Negative control: servers acknowledge before syncing.
     pub unsafe_no_fsync: bool,
+    /// Negative control: every kill-all also wipes the nodes' data (acknowledged
+    /// writes lost, as with a disk that never synced).
+    #[serde(default)]
+    pub unsafe_wipe_on_kill_all: bool,
     /// Negative control: workers write although their lease is believed lost, and
     /// the register does not check tokens.
     pub unsafe_skip_fencing: bool,
@@ -202,6 +206,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
         worker_pauses: pause_txs,
         log: nemesis_log.clone(),
         seed: cfg.seed,
+        wipe_on_kill_all: cfg.unsafe_wipe_on_kill_all,
     };
     let nemesis_task = tokio::spawn(nemesis.run(plan, nemesis_stop));
 
@@ -429,7 +434,7 @@ fn line(v: &Verdict, clock_excused: bool) -> VerdictLine {
 pub fn render(r: &Report) -> String {
     let c = &r.config;
     let mut s = format!(
-        "baton-chaos run: seed {}, {} nodes, {} s, faults {:?}, {} workers, ttl {} ms{}{}{}\n",
+        "baton-chaos run: seed {}, {} nodes, {} s, faults {:?}, {} workers, ttl {} ms{}{}{}{}\n",
         c.seed,
         c.nodes,
         c.duration_s,
@@ -443,6 +448,11 @@ pub fn render(r: &Report) -> String {
         },
         if c.unsafe_skip_fencing {
             ", UNSAFE skip-fencing"
+        } else {
+            ""
+        },
+        if c.unsafe_wipe_on_kill_all {
+            ", UNSAFE wipe-on-kill-all"
         } else {
             ""
         },
