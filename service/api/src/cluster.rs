@@ -144,6 +144,11 @@ pub async fn metrics(state: web::Data<ApiState>) -> HttpResponse {
             counts.names as f64,
         ),
         (
+            "baton_snapshots_installed",
+            "Snapshots received from a leader since this process started.",
+            state.node.snapshots_installed() as f64,
+        ),
+        (
             "baton_waiting_requests",
             "HTTP requests waiting for a queued grant on this node.",
             state.node.waiters().len() as f64,

@@ -63,6 +63,9 @@ pub enum ApiError {
     /// The client closed its connection while its request waited.
     #[error("the client went away")]
     ClientGone,
+    /// An admin request without the cluster secret.
+    #[error("membership changes need the cluster secret in the baton-cluster-secret header")]
+    Unauthenticated,
     /// No route for this path.
     #[error("no such endpoint: {0}")]
     RouteNotFound(String),
@@ -120,6 +123,11 @@ impl ApiError {
             ApiError::RouteNotFound(_) => {
                 map(StatusCode::NOT_FOUND, "route_not_found", "No such endpoint")
             }
+            ApiError::Unauthenticated => map(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "Unauthenticated",
+            ),
             // Nobody reads this answer; 499 is the conventional log entry for it.
             ApiError::ClientGone => map(
                 StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
@@ -178,6 +186,14 @@ impl ApiError {
                     StatusCode::GATEWAY_TIMEOUT,
                     "revision_not_reached",
                     "Revision not reached",
+                ),
+                RaftLayerError::MemberNotFound(_) => {
+                    map(StatusCode::NOT_FOUND, "member_not_found", "No such member")
+                }
+                RaftLayerError::MembershipRefused(_) => map(
+                    StatusCode::CONFLICT,
+                    "membership_refused",
+                    "Membership change refused",
                 ),
             },
         }

@@ -173,6 +173,7 @@ pub async fn get(
     let remaining_ms = state
         .node
         .remaining(lease_id)
+        .await?
         .map_or(view.ttl_ms, |left| left.as_millis() as u64);
     let info = LeaseInfo {
         lease_id: lease_id.to_string(),

@@ -11,6 +11,7 @@ pub mod elections;
 pub mod error;
 pub mod leases;
 pub mod locks;
+pub mod members;
 pub mod names;
 pub mod openapi;
 pub mod request;
@@ -18,7 +19,7 @@ pub mod respond;
 mod routes;
 mod state;
 
-pub use disconnect::on_connect;
+pub use disconnect::{client_gone, on_connect};
 pub use openapi::{openapi_json, ApiDoc};
 pub use routes::configure;
 pub use state::{ApiSettings, ApiState};

@@ -2,7 +2,7 @@
 
 use utoipa::OpenApi;
 
-use crate::{cluster, elections, error, leases, locks, names};
+use crate::{cluster, elections, error, leases, locks, members, names};
 
 /// Baton's API description (`GET /openapi.json`, committed as `openapi/baton.json`).
 #[derive(OpenApi)]
@@ -17,7 +17,7 @@ use crate::{cluster, elections, error, leases, locks, names};
         locks::acquire, locks::renew, locks::release, locks::validate, locks::get, locks::list,
         elections::campaign, elections::proclaim, elections::resign, elections::get,
         names::register, names::get, names::unregister, names::list,
-        cluster::cluster, cluster::healthz, cluster::readyz, cluster::metrics,
+        cluster::cluster, members::add, members::remove, cluster::healthz, cluster::readyz, cluster::metrics,
     ),
     components(schemas(error::Problem)),
     tags(

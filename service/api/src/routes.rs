@@ -7,7 +7,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use crate::error::ApiError;
 use crate::respond::REVISION_HEADER;
 use crate::state::ApiState;
-use crate::{cluster, docs, elections, leases, locks, names};
+use crate::{cluster, docs, elections, leases, locks, members, names};
 
 async fn no_route(request: HttpRequest) -> Result<HttpResponse, ApiError> {
     Err(ApiError::RouteNotFound(format!(
@@ -56,6 +56,11 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                     .route("/openapi.json", web::get().to(docs::openapi))
                     .route("/docs", web::get().to(docs::docs))
                     .route("/v1/cluster", web::get().to(cluster::cluster))
+                    .route("/v1/cluster/members", web::post().to(members::add))
+                    .route(
+                        "/v1/cluster/members/{id}",
+                        web::delete().to(members::remove),
+                    )
                     .route("/v1/leases", web::post().to(leases::create))
                     .route(
                         "/v1/leases/{lease_id}:keepalive",

@@ -1,9 +1,11 @@
 //! What a node needs to know to start.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_core::Limits;
+use baton_store::Durability;
 
 /// Settings of one Baton node.
 #[derive(Clone, Debug)]
@@ -34,6 +36,20 @@ pub struct NodeConfig {
     pub snapshot_every: u64,
     /// Shared secret that peers present on the Raft listener.
     pub cluster_secret: Option<String>,
+    /// Static membership: every voter's id and Raft URL, this node included. Empty
+    /// for a single node or a node that joins. The lowest id initializes the cluster
+    /// once a majority answers and none of them is initialized yet.
+    pub peers: BTreeMap<u64, String>,
+    /// Client API URL of a member to ask for admission (learner, then voter).
+    pub join: Option<String>,
+    /// Where this node dials a peer instead of the address in the membership (a
+    /// fault-injection harness routes each link through its own proxy this way).
+    pub dial_overrides: BTreeMap<u64, String>,
+    /// How long a proposal may wait for its commit before the caller hears
+    /// "unavailable, outcome unknown" (no quorum, partition).
+    pub propose_timeout: Duration,
+    /// Log and vote durability (only the fault harness turns it off).
+    pub durability: Durability,
 }
 
 impl NodeConfig {
@@ -52,6 +68,28 @@ impl NodeConfig {
             election_timeout: Duration::from_millis(1000),
             snapshot_every: 20_000,
             cluster_secret: None,
+            peers: BTreeMap::new(),
+            join: None,
+            dial_overrides: BTreeMap::new(),
+            propose_timeout: Duration::from_secs(10),
+            durability: Durability::Synced,
         }
+    }
+}
+
+impl NodeConfig {
+    /// The URL to dial for `peer`, whose membership entry says `raft_addr`.
+    pub fn dial_addr(&self, peer: u64, raft_addr: &str) -> String {
+        self.dial_overrides
+            .get(&peer)
+            .map_or(raft_addr, String::as_str)
+            .trim_end_matches('/')
+            .to_owned()
+    }
+
+    /// Longest time without a leader before a request gives up: a few election
+    /// timeouts, enough for one failed election and a successful one.
+    pub fn leader_wait(&self) -> Duration {
+        self.election_timeout * 4
     }
 }

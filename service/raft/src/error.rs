@@ -2,8 +2,11 @@
 
 use std::time::Duration;
 
-/// Why the Raft layer could not serve a request.
-#[derive(Debug, Clone, thiserror::Error)]
+use serde::{Deserialize, Serialize};
+
+/// Why the Raft layer could not serve a request. Serializable: a leader's
+/// refusal travels back to the follower that forwarded the call.
+#[derive(Debug, Clone, thiserror::Error, Serialize, Deserialize)]
 pub enum RaftLayerError {
     /// This node is not the leader; `leader` is the current one's API address if known.
     #[error("this node is not the leader")]
@@ -21,6 +24,12 @@ pub enum RaftLayerError {
         /// A hint for the client's retry.
         retry_after: Duration,
     },
+    /// `DELETE /v1/cluster/members/{id}` for a node that is not a member.
+    #[error("node {0} is not a member of the cluster")]
+    MemberNotFound(u64),
+    /// A membership change the cluster refuses (for example removing the last voter).
+    #[error("membership change refused: {0}")]
+    MembershipRefused(String),
     /// A `min_revision` read waited too long.
     #[error("revision {wanted} not reached (applied {applied})")]
     RevisionNotReached {
@@ -32,6 +41,16 @@ pub enum RaftLayerError {
 }
 
 impl RaftLayerError {
+    /// The request may or may not have taken effect.
+    pub(crate) fn outcome_unknown(reason: impl std::fmt::Display) -> Self {
+        RaftLayerError::Unavailable {
+            reason: format!(
+                "{reason}; the request may or may not have taken effect: retry with the same Idempotency-Key"
+            ),
+            retry_after: Duration::from_secs(1),
+        }
+    }
+
     pub(crate) fn unavailable(reason: impl std::fmt::Display) -> Self {
         RaftLayerError::Unavailable {
             reason: reason.to_string(),

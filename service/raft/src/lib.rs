@@ -5,20 +5,30 @@
 //! clock (keepalives in memory, expiries as replicated commands), linearizable
 //! reads (ReadIndex) and the registry of requests waiting for queued grants.
 
+mod bootstrap;
 mod config;
 mod error;
+mod leader_call;
+mod leader_link;
 mod lease_clock;
+mod membership;
 mod network;
 mod node;
+mod peer_server;
 mod proposer;
+mod routing;
 mod waiters;
 mod waiting;
 
+pub use baton_store::{BatonNode, Durability};
 pub use config::NodeConfig;
 pub use error::RaftLayerError;
+pub use leader_call::{LeaderAnswer, LeaderCall, LeaderResult, PeerStatus};
+pub use leader_link::{LeaderLink, LinkError};
 pub use lease_clock::LeaseClock;
-pub use network::{HttpNetwork, CLUSTER_SECRET_HEADER};
+pub use network::{peer_http_client, HttpNetwork, CLUSTER_SECRET_HEADER};
 pub use node::{ClusterStatus, Member, Node, StartError};
+pub use peer_server::{peer_routes, secret_matches};
 pub use proposer::{wall_clock_ms, Proposer};
 pub use waiters::{WaitEnd, WaiterRegistry};
 pub use waiting::{QueueKind, Waited};

@@ -1,6 +1,8 @@
 //! The peer network: openraft RPCs as JSON over HTTP to each peer's Raft listener,
 //! on pooled keep-alive connections, authenticated by the cluster secret.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use baton_store::{BatonNode, TypeConfig};
@@ -21,17 +23,35 @@ pub const CLUSTER_SECRET_HEADER: &str = "baton-cluster-secret";
 pub struct HttpNetwork {
     client: reqwest::Client,
     secret: Option<String>,
+    dial_overrides: Arc<BTreeMap<u64, String>>,
+}
+
+/// The HTTP client every peer call shares: keep-alive connections, no Nagle,
+/// and a connect timeout well under the election timeout so an unreachable peer
+/// is reported in time for the next heartbeat.
+pub fn peer_http_client(connect_timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(64)
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true)
+        .build()
+        .unwrap_or_default()
 }
 
 impl HttpNetwork {
-    /// A network whose requests carry `secret`.
-    pub fn new(secret: Option<String>) -> Self {
-        let client = reqwest::Client::builder()
-            .pool_idle_timeout(Duration::from_secs(90))
-            .tcp_nodelay(true)
-            .build()
-            .unwrap_or_default();
-        HttpNetwork { client, secret }
+    /// A network on `client` whose requests carry `secret`, dialing
+    /// `dial_overrides` instead of the membership's address where given.
+    pub fn new(
+        client: reqwest::Client,
+        secret: Option<String>,
+        dial_overrides: BTreeMap<u64, String>,
+    ) -> Self {
+        HttpNetwork {
+            client,
+            secret,
+            dial_overrides: Arc::new(dial_overrides),
+        }
     }
 }
 
@@ -51,7 +71,12 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
             client: self.client.clone(),
             secret: self.secret.clone(),
             target,
-            base: node.raft_addr.trim_end_matches('/').to_owned(),
+            base: self
+                .dial_overrides
+                .get(&target)
+                .unwrap_or(&node.raft_addr)
+                .trim_end_matches('/')
+                .to_owned(),
         }
     }
 }

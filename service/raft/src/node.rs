@@ -1,20 +1,19 @@
 //! A running Baton node: the openraft handle and everything around it.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::{Command, CoreError, LeaseId, Outcome, Reply, Request, StateMachine, WaiterId};
-use baton_store::{ApplyObserver, BatonNode, SharedState, StoreError, TypeConfig};
+use baton_store::{ApplyObserver, SharedState, StoreError, TypeConfig};
 use openraft::{Config, Raft, ServerState, SnapshotPolicy};
 use tokio::sync::watch;
 
 use crate::config::NodeConfig;
-use crate::error::RaftLayerError;
+use crate::leader_link::LeaderLink;
 use crate::lease_clock::LeaseClock;
-use crate::network::HttpNetwork;
-use crate::proposer::{raft_error, wall_clock_ms, Proposer};
+use crate::network::{peer_http_client, HttpNetwork};
+use crate::proposer::{wall_clock_ms, Proposer};
 use crate::waiters::WaiterRegistry;
 
 /// Why a node could not start.
@@ -29,6 +28,9 @@ pub enum StartError {
     /// The data directory could not be prepared.
     #[error("data directory: {0}")]
     Io(#[from] std::io::Error),
+    /// The configuration contradicts itself.
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 /// A member of the cluster as `GET /v1/cluster` shows it.
@@ -67,6 +69,7 @@ pub struct ClusterStatus {
 struct Dispatcher {
     clock: Arc<LeaseClock>,
     waiters: Arc<WaiterRegistry>,
+    snapshots_installed: Arc<AtomicU64>,
 }
 
 impl ApplyObserver for Dispatcher {
@@ -79,33 +82,42 @@ impl ApplyObserver for Dispatcher {
         }
     }
 
-    fn snapshot_installed(&self, _revision: u64) {}
+    fn snapshot_installed(&self, _revision: u64) {
+        self.snapshots_installed.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// One Baton node.
 pub struct Node {
-    raft: Raft<TypeConfig>,
-    shared: Arc<SharedState>,
-    proposer: Proposer,
-    clock: Arc<LeaseClock>,
+    pub(crate) raft: Raft<TypeConfig>,
+    pub(crate) shared: Arc<SharedState>,
+    pub(crate) proposer: Proposer,
+    pub(crate) clock: Arc<LeaseClock>,
     waiters: Arc<WaiterRegistry>,
-    config: NodeConfig,
+    pub(crate) config: NodeConfig,
+    pub(crate) link: LeaderLink,
     leading: Arc<AtomicBool>,
-    stop: watch::Sender<bool>,
+    snapshots_installed: Arc<AtomicU64>,
+    pub(crate) stop: watch::Sender<bool>,
 }
 
 impl Node {
-    /// Opens the storage, starts Raft, and (single node) initializes the cluster on
-    /// first start. Returns once the node runs; leadership follows shortly.
+    /// Opens the storage and starts Raft. A node with no peers and nothing to join
+    /// initializes a single-member cluster on first start; with `peers`, the
+    /// lowest id initializes once a majority answers; with `join`, the node asks
+    /// to be added. Returns once the node runs; leadership follows shortly.
     pub async fn start(config: NodeConfig) -> Result<Arc<Node>, StartError> {
         std::fs::create_dir_all(&config.data_dir)?;
-        let (log_store, state_machine) = baton_store::open(&config.data_dir)?;
+        let (log_store, state_machine) =
+            baton_store::open_with(&config.data_dir, config.durability)?;
         let shared = state_machine.shared();
         let clock = Arc::new(LeaseClock::default());
         let waiters = Arc::new(WaiterRegistry::default());
+        let snapshots_installed = Arc::new(AtomicU64::new(0));
         state_machine.set_observer(Arc::new(Dispatcher {
             clock: clock.clone(),
             waiters: waiters.clone(),
+            snapshots_installed: snapshots_installed.clone(),
         }));
         let heartbeat = config.heartbeat.as_millis() as u64;
         let election = config.election_timeout.as_millis() as u64;
@@ -114,39 +126,33 @@ impl Node {
             heartbeat_interval: heartbeat.max(10),
             election_timeout_min: election.max(heartbeat * 3),
             election_timeout_max: (election * 2).max(heartbeat * 6),
+            // Snapshot chunks travel as JSON (about 3.5 bytes per byte): 1 MiB chunks
+            // keep each request small and well inside its timeout.
+            snapshot_max_chunk_size: 1 << 20,
+            install_snapshot_timeout: election.max(1_000),
+            // Entries are batches of up to `max_batch` requests: a few dozen per
+            // append keep a catching-up request bounded.
+            max_payload_entries: 64,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every.max(10)),
-            max_in_snapshot_log_to_keep: 1_000,
+            max_in_snapshot_log_to_keep: config.snapshot_every.clamp(10, 1_000),
             ..Config::default()
         }
         .validate()
         .map_err(|e| StartError::Raft(e.to_string()))?;
+        let client = peer_http_client(config.heartbeat.max(Duration::from_millis(100)) * 2);
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),
-            HttpNetwork::new(config.cluster_secret.clone()),
+            HttpNetwork::new(
+                client.clone(),
+                config.cluster_secret.clone(),
+                config.dial_overrides.clone(),
+            ),
             log_store,
             state_machine,
         )
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
-
-        let initialized = raft
-            .is_initialized()
-            .await
-            .map_err(|e| StartError::Raft(e.to_string()))?;
-        if !initialized {
-            let mut members = BTreeMap::new();
-            members.insert(
-                config.node_id,
-                BatonNode {
-                    api_addr: config.api_addr.clone(),
-                    raft_addr: config.raft_addr.clone(),
-                },
-            );
-            raft.initialize(members)
-                .await
-                .map_err(|e| StartError::Raft(e.to_string()))?;
-        }
 
         let proposer = Proposer::start(
             raft.clone(),
@@ -155,6 +161,7 @@ impl Node {
             config.max_in_flight,
         );
         let (stop, _) = watch::channel(false);
+        let link = LeaderLink::new(client, config.cluster_secret.clone());
         let node = Arc::new(Node {
             raft,
             shared,
@@ -162,9 +169,12 @@ impl Node {
             clock,
             waiters,
             config,
+            link,
             leading: Arc::new(AtomicBool::new(false)),
+            snapshots_installed,
             stop,
         });
+        node.bootstrap().await?;
         tokio::spawn(watch_leadership(node.clone()));
         tokio::spawn(run_lease_clock(node.clone()));
         Ok(node)
@@ -186,11 +196,6 @@ impl Node {
         WaiterId(rand::random::<u64>())
     }
 
-    /// Proposes a request through the log and returns its outcome once applied.
-    pub async fn propose(&self, request: Request) -> Result<Outcome, RaftLayerError> {
-        self.proposer.propose(request).await
-    }
-
     /// Reads the applied state.
     pub fn read<R>(&self, f: impl FnOnce(&StateMachine) -> R) -> R {
         f(&self.shared.read().machine)
@@ -201,59 +206,26 @@ impl Node {
         self.shared.read().machine.revision()
     }
 
-    /// Waits until this replica has applied everything the leader had committed
-    /// when the call was made (Raft ReadIndex; never a leader-lease shortcut).
-    pub async fn linearizable(&self) -> Result<(), RaftLayerError> {
-        match self.raft.ensure_linearizable().await {
-            Ok(_) => Ok(()),
-            Err(openraft::error::RaftError::APIError(
-                openraft::error::CheckIsLeaderError::ForwardToLeader(forward),
-            )) => Err(RaftLayerError::NotLeader {
-                leader_id: forward.leader_id,
-                leader_api: forward.leader_node.map(|n| n.api_addr),
-            }),
-            Err(other) => Err(raft_error(other)),
-        }
-    }
-
     /// Waits until this replica has applied revision `wanted`, up to `timeout`.
     pub async fn wait_for_revision(
         &self,
         wanted: u64,
         timeout: Duration,
-    ) -> Result<(), RaftLayerError> {
+    ) -> Result<(), crate::RaftLayerError> {
         let mut applied = self.shared.subscribe_applied();
         let reached = tokio::time::timeout(timeout, applied.wait_for(|rev| *rev >= wanted)).await;
         match reached {
             Ok(Ok(_)) => Ok(()),
-            _ => Err(RaftLayerError::RevisionNotReached {
+            _ => Err(crate::RaftLayerError::RevisionNotReached {
                 wanted,
                 applied: self.revision(),
             }),
         }
     }
 
-    /// Moves a lease's deadline to a full TTL from now, then confirms this node is
-    /// still the leader (so a keepalive never lands on a deposed leader only).
-    /// `Ok(None)` when there is no such lease.
-    pub async fn keep_alive(&self, lease_id: LeaseId) -> Result<Option<u64>, RaftLayerError> {
-        if !self.leading.load(Ordering::Acquire) {
-            return Err(self.not_leader());
-        }
-        let known = self.read(|sm| sm.lease_ttl_ms(lease_id));
-        let Some(ttl_ms) = known else {
-            return Ok(None);
-        };
-        if self.clock.keep_alive(lease_id).is_none() {
-            return Ok(None);
-        }
-        self.linearizable().await?;
-        Ok(Some(ttl_ms))
-    }
-
-    /// Time left before a lease expires, on the leader's clock.
-    pub fn remaining(&self, lease_id: LeaseId) -> Option<Duration> {
-        self.clock.remaining(lease_id)
+    /// Snapshots received from a leader since start (a follower far behind).
+    pub fn snapshots_installed(&self) -> u64 {
+        self.snapshots_installed.load(Ordering::Relaxed)
     }
 
     /// The registry of requests waiting for queued grants.
@@ -264,21 +236,6 @@ impl Node {
     /// Whether this node currently acts as leader (lease clock running).
     pub fn is_leader(&self) -> bool {
         self.leading.load(Ordering::Acquire)
-    }
-
-    fn not_leader(&self) -> RaftLayerError {
-        let metrics = self.raft.metrics().borrow().clone();
-        let leader_api = metrics.current_leader.and_then(|id| {
-            metrics
-                .membership_config
-                .membership()
-                .get_node(&id)
-                .map(|n| n.api_addr.clone())
-        });
-        RaftLayerError::NotLeader {
-            leader_id: metrics.current_leader,
-            leader_api,
-        }
     }
 
     /// The cluster as this node sees it.
@@ -334,6 +291,18 @@ impl Node {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         false
+    }
+
+    /// Waits until some node (this one or another) is known to lead.
+    pub async fn wait_until_leader_known(&self, timeout: Duration) -> bool {
+        let mut metrics = self.raft.metrics();
+        let known = async move {
+            metrics
+                .wait_for(|m| m.current_leader.is_some())
+                .await
+                .is_ok()
+        };
+        matches!(tokio::time::timeout(timeout, known).await, Ok(true))
     }
 
     /// Stops Raft (after in-flight proposals finish) and the background tasks.

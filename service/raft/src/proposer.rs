@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use baton_core::{Batch, Limits, Outcome, Request};
 use baton_store::TypeConfig;
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::ClientWriteError;
 use openraft::Raft;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
@@ -141,9 +141,4 @@ fn client_write_error(error: ClientWriteError<u64, baton_store::BatonNode>) -> R
         },
         ClientWriteError::ChangeMembershipError(error) => RaftLayerError::unavailable(error),
     }
-}
-
-/// Maps a Raft API error whose inner error we can classify.
-pub(crate) fn raft_error<E: std::fmt::Display>(error: RaftError<u64, E>) -> RaftLayerError {
-    RaftLayerError::unavailable(error)
 }

@@ -1,10 +1,11 @@
 //! Command line and environment configuration.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_core::Limits;
-use baton_raft::NodeConfig;
+use baton_raft::{Durability, NodeConfig};
 use clap::{Args, Parser, Subcommand};
 
 /// Baton: a replicated lock-and-lease service over HTTP/JSON.
@@ -21,9 +22,32 @@ pub struct Cli {
 pub enum Command {
     /// Run a Baton node (with no flags: a single-node cluster on 127.0.0.1:7878
     /// with its data in ./baton-data, initialized on first start).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Print the OpenAPI document.
     Openapi,
+    /// Development helpers.
+    #[command(subcommand)]
+    Dev(DevCommand),
+}
+
+/// `baton dev ...`
+#[derive(Debug, Subcommand)]
+pub enum DevCommand {
+    /// Start a local cluster on 127.0.0.1 (data in a temporary directory, removed
+    /// on exit); prints the addresses and stops the nodes on Ctrl-C.
+    Cluster(DevClusterArgs),
+}
+
+/// Settings of `baton dev cluster`.
+#[derive(Debug, Clone, Args)]
+pub struct DevClusterArgs {
+    /// Number of nodes.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: u64,
+    /// Client API port of node 1; node i listens on base + 10*(i-1) (API) and
+    /// that plus one (Raft).
+    #[arg(long, default_value_t = 7878)]
+    pub base_port: u16,
 }
 
 /// Settings of `baton serve`; every flag can also be set from the environment.
@@ -38,10 +62,53 @@ pub struct ServeArgs {
     /// This node's Raft id.
     #[arg(long, env = "BATON_NODE_ID", default_value_t = 1)]
     pub node_id: u64,
+    /// Take the node id from the host name's StatefulSet ordinal (`baton-2` is
+    /// node 3: ordinal + 1), overriding --node-id.
+    #[arg(long, env = "BATON_NODE_ID_FROM_HOSTNAME")]
+    pub node_id_from_hostname: bool,
     /// Client API URL advertised to peers and in `GET /v1/cluster`
     /// (default: http://<listen>).
     #[arg(long, env = "BATON_ADVERTISE_API")]
     pub advertise_api: Option<String>,
+    /// Peer (Raft) listen address; never the client API's. Port 0 picks a free one.
+    #[arg(long, env = "BATON_RAFT_LISTEN", default_value = "127.0.0.1:7879")]
+    pub raft_listen: String,
+    /// Raft URL peers dial (default: http://<raft-listen>).
+    #[arg(long, env = "BATON_ADVERTISE_RAFT")]
+    pub advertise_raft: Option<String>,
+    /// Static membership, this node included: `1=http://a:7879,2=http://b:7879,...`.
+    /// The lowest id initializes the cluster once a majority is reachable.
+    #[arg(long, env = "BATON_PEERS")]
+    pub peers: Option<String>,
+    /// Client API URL of a member: ask it to add this node (learner, then voter).
+    #[arg(long, env = "BATON_JOIN", conflicts_with = "peers")]
+    pub join: Option<String>,
+    /// Secret every peer presents on the Raft listener (and admins on membership
+    /// changes). Set it on every multi-node cluster.
+    #[arg(long, env = "BATON_CLUSTER_SECRET", hide_env_values = true)]
+    pub cluster_secret: Option<String>,
+    /// Raft heartbeat interval.
+    #[arg(long, env = "BATON_HEARTBEAT_MS", default_value_t = 100)]
+    pub heartbeat_ms: u64,
+    /// Raft election timeout, lower bound (the upper bound is twice it).
+    #[arg(long, env = "BATON_ELECTION_TIMEOUT_MS", default_value_t = 1_000)]
+    pub election_timeout_ms: u64,
+    /// How long a write may wait for its commit before answering 503 (outcome
+    /// unknown: retry with the same Idempotency-Key).
+    #[arg(long, env = "BATON_PROPOSE_TIMEOUT_MS", default_value_t = 10_000)]
+    pub propose_timeout_ms: u64,
+    /// Run as a stateless proxy (no Raft, no disk) forwarding every request to
+    /// these cluster URLs (comma-separated; members are discovered from them).
+    #[arg(long, env = "BATON_PROXY")]
+    pub proxy: Option<String>,
+    /// Testing only: dial peer ID at URL instead of its membership address
+    /// (`2=http://127.0.0.1:9102,...`), so a harness can proxy each link.
+    #[arg(long, env = "BATON_PEER_DIAL", hide = true)]
+    pub peer_dial: Option<String>,
+    /// Negative control for the fault harness only: the log and vote skip the
+    /// write-ahead log, so a crash loses acknowledged writes. Never in production.
+    #[arg(long, env = "BATON_UNSAFE_NO_FSYNC", hide = true)]
+    pub unsafe_no_fsync: bool,
     /// TTL of leases created without `ttl_ms`.
     #[arg(long, env = "BATON_DEFAULT_TTL_MS", default_value_t = 15_000)]
     pub default_ttl_ms: u64,
@@ -92,7 +159,31 @@ impl ServeArgs {
         if self.max_batch == 0 {
             return Err("--max-batch must be at least 1".into());
         }
+        if self.heartbeat_ms == 0 || self.election_timeout_ms < self.heartbeat_ms * 3 {
+            return Err(
+                "--election-timeout-ms must be at least three --heartbeat-ms intervals".into(),
+            );
+        }
+        self.peer_map()?;
+        parse_id_map("--peer-dial", self.peer_dial.as_deref())?;
         Ok(())
+    }
+
+    /// `--peers` as id -> Raft URL.
+    pub fn peer_map(&self) -> Result<BTreeMap<u64, String>, String> {
+        parse_id_map("--peers", self.peers.as_deref())
+    }
+
+    /// The node id: `--node-id`, or the host name's ordinal + 1.
+    pub fn resolved_node_id(&self) -> Result<u64, String> {
+        if !self.node_id_from_hostname {
+            return Ok(self.node_id);
+        }
+        let hostname = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+            .unwrap_or_default();
+        node_id_from_hostname(hostname.trim())
     }
 
     /// The advertised client API URL.
@@ -115,14 +206,87 @@ impl ServeArgs {
         }
     }
 
-    /// The node configuration.
-    pub fn node_config(&self) -> NodeConfig {
+    /// The node configuration, for a node whose peer listener is `raft_url`.
+    pub fn node_config(&self, node_id: u64, raft_url: String) -> Result<NodeConfig, String> {
         let mut config = NodeConfig::single(self.data_dir.clone(), self.api_url());
-        config.node_id = self.node_id;
+        config.node_id = node_id;
+        config.raft_addr = raft_url;
         config.limits = self.limits();
         config.max_batch = self.max_batch;
         config.snapshot_every = self.snapshot_every;
         config.lease_tick = Duration::from_millis(50);
-        config
+        config.heartbeat = Duration::from_millis(self.heartbeat_ms);
+        config.election_timeout = Duration::from_millis(self.election_timeout_ms);
+        config.propose_timeout = Duration::from_millis(self.propose_timeout_ms.max(100));
+        config.cluster_secret = self.cluster_secret.clone().filter(|s| !s.is_empty());
+        config.peers = self.peer_map()?;
+        config.join = self.join.clone();
+        config.dial_overrides = parse_id_map("--peer-dial", self.peer_dial.as_deref())?;
+        if self.unsafe_no_fsync {
+            config.durability = Durability::UnsafeNoWal;
+        }
+        Ok(config)
+    }
+}
+
+/// Parses `1=http://a:7879,2=http://b:7879`.
+fn parse_id_map(flag: &str, text: Option<&str>) -> Result<BTreeMap<u64, String>, String> {
+    let mut map = BTreeMap::new();
+    for part in text.unwrap_or_default().split(',').map(str::trim) {
+        if part.is_empty() {
+            continue;
+        }
+        let (id, url) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{flag}: expected ID=URL, got '{part}'"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("{flag}: '{id}' is not a node id"))?;
+        let url = url.trim().trim_end_matches('/');
+        if !url.starts_with("http://") && !url.starts_with("https://") {
+            return Err(format!(
+                "{flag}: '{url}' must start with http:// or https://"
+            ));
+        }
+        if map.insert(id, url.to_owned()).is_some() {
+            return Err(format!("{flag}: node {id} appears twice"));
+        }
+    }
+    Ok(map)
+}
+
+/// `baton-2` -> 3: a StatefulSet pod's ordinal, plus one.
+fn node_id_from_hostname(hostname: &str) -> Result<u64, String> {
+    hostname
+        .rsplit_once('-')
+        .and_then(|(_, ordinal)| ordinal.parse::<u64>().ok())
+        .map(|ordinal| ordinal + 1)
+        .ok_or_else(|| format!("host name '{hostname}' does not end in -<ordinal>"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_parse_and_reject_nonsense() {
+        let map = parse_id_map("--peers", Some("1=http://a:7879/, 2=http://b:7879"))
+            .expect("valid peers");
+        assert_eq!(map.get(&1).map(String::as_str), Some("http://a:7879"));
+        assert_eq!(map.len(), 2);
+        assert!(parse_id_map("--peers", Some("1=http://a,1=http://b")).is_err());
+        assert!(parse_id_map("--peers", Some("x=http://a")).is_err());
+        assert!(parse_id_map("--peers", Some("1=a:7879")).is_err());
+        assert!(parse_id_map("--peers", Some("1")).is_err());
+        assert!(parse_id_map("--peers", None).expect("empty").is_empty());
+    }
+
+    #[test]
+    fn statefulset_ordinals_become_node_ids() {
+        assert_eq!(node_id_from_hostname("baton-0"), Ok(1));
+        assert_eq!(node_id_from_hostname("my-baton-12"), Ok(13));
+        assert!(node_id_from_hostname("baton").is_err());
+        assert!(node_id_from_hostname("baton-x").is_err());
     }
 }

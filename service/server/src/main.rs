@@ -1,19 +1,22 @@
 //! `baton`: the server binary.
 
 mod cli;
+mod dev_cluster;
+mod proxy;
 
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use actix_web::{App, HttpServer};
+use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 use baton_api::{configure, on_connect, openapi_json, ApiSettings, ApiState};
-use baton_raft::Node;
+use baton_raft::{peer_routes, Node};
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::{Cli, Command, ServeArgs};
+use crate::cli::{Cli, Command, DevCommand, ServeArgs};
+use crate::proxy::Proxy;
 
 fn init_tracing() {
     let filter = EnvFilter::try_from_env("BATON_LOG")
@@ -44,11 +47,38 @@ fn rand_id() -> u128 {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     args.validate().map_err(anyhow::Error::msg)?;
+    if let Some(targets) = args.proxy.clone() {
+        return serve_proxy(&args, &targets).await;
+    }
+    let node_id = args.resolved_node_id().map_err(anyhow::Error::msg)?;
     let cluster_id = cluster_id(&args.data_dir)?;
-    let node = Node::start(args.node_config())
-        .await
-        .context("starting the node")?;
-    if !node.wait_until_leader(Duration::from_secs(10)).await {
+    // Bind the peer listener first: with port 0 its address is known only now,
+    // and the node advertises it.
+    let raft_listener = std::net::TcpListener::bind(&args.raft_listen)
+        .with_context(|| format!("binding the raft listener {}", args.raft_listen))?;
+    let raft_url = args
+        .advertise_raft
+        .clone()
+        .unwrap_or(format!("http://{}", raft_listener.local_addr()?));
+    let config = args
+        .node_config(node_id, raft_url.clone())
+        .map_err(anyhow::Error::msg)?;
+    if config.cluster_secret.is_none() && (!config.peers.is_empty() || config.join.is_some()) {
+        tracing::warn!(
+            "no --cluster-secret: anyone who reaches the raft listener can act as a peer"
+        );
+    }
+    let node = Node::start(config).await.context("starting the node")?;
+    let peer_node = node.clone();
+    let peers = HttpServer::new(move || App::new().configure(peer_routes(peer_node.clone())))
+        .workers(2)
+        .disable_signals()
+        .listen(raft_listener)
+        .context("serving the raft listener")?
+        .run();
+    let peers_handle = peers.handle();
+    let peers_task = tokio::spawn(peers);
+    if !node.wait_until_leader_known(Duration::from_secs(10)).await {
         tracing::warn!("no leader yet; serving anyway (requests answer 503 until one is elected)");
     }
     let state = ApiState {
@@ -59,22 +89,48 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             cluster_id,
         },
     };
-    let workers = args
-        .http_workers
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
     let server = HttpServer::new(move || App::new().configure(configure(state.clone())))
         .on_connect(on_connect)
-        .workers(workers)
+        .workers(workers(&args))
         .shutdown_timeout(args.shutdown_timeout_s)
         .bind(&args.listen)
         .with_context(|| format!("binding {}", args.listen))?
         .run();
-    tracing::info!(listen = %args.listen, data_dir = %args.data_dir.display(), "baton is serving");
-    // actix stops accepting on SIGTERM/SIGINT and lets in-flight requests finish.
+    tracing::info!(node_id, listen = %args.listen, raft = %raft_url, data_dir = %args.data_dir.display(), "baton is serving");
+    // actix stops accepting on SIGTERM/SIGINT and lets in-flight requests finish;
+    // the peer listener stays up meanwhile so their entries can still commit.
     server.await.context("http server")?;
     tracing::info!("stopping raft");
     node.shutdown().await;
+    peers_handle.stop(true).await;
+    let _ = peers_task.await;
     tracing::info!("stopped");
+    Ok(())
+}
+
+fn workers(args: &ServeArgs) -> usize {
+    args.http_workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+}
+
+async fn serve_proxy(args: &ServeArgs, targets: &str) -> anyhow::Result<()> {
+    let proxy = Proxy::new(targets);
+    tokio::spawn(proxy.clone().discover(Duration::from_secs(2)));
+    let data = web::Data::from(proxy);
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            .route("/healthz", web::get().to(proxy::healthz))
+            .default_service(web::to(proxy::forward))
+    })
+    .on_connect(on_connect)
+    .workers(workers(args))
+    .shutdown_timeout(args.shutdown_timeout_s)
+    .bind(&args.listen)
+    .with_context(|| format!("binding {}", args.listen))?
+    .run();
+    tracing::info!(listen = %args.listen, cluster = %targets, "baton proxy is serving");
+    server.await.context("http server")?;
     Ok(())
 }
 
@@ -88,7 +144,8 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Serve(args) => {
             init_tracing();
-            serve(args).await
+            serve(*args).await
         }
+        Command::Dev(DevCommand::Cluster(args)) => dev_cluster::run(args).await,
     }
 }

@@ -24,6 +24,7 @@ fn free_port() -> u16 {
 async fn start(data_dir: &Path, port: u16) -> Server {
     let child = Command::new(env!("CARGO_BIN_EXE_baton"))
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--raft-listen", "127.0.0.1:0"])
         .arg("--data-dir")
         .arg(data_dir)
         .env("BATON_LOG", "warn")

@@ -58,3 +58,11 @@ pub(crate) fn synced() -> WriteOptions {
     opts.set_sync(true);
     opts
 }
+
+/// Write options of the `--unsafe-no-fsync` negative control: no WAL record at all,
+/// so the write lives only in the memtable and a `kill -9` loses it.
+pub(crate) fn unlogged() -> WriteOptions {
+    let mut opts = WriteOptions::default();
+    opts.disable_wal(true);
+    opts
+}

@@ -42,7 +42,27 @@ pub use type_config::{
 /// both halves of the first are dropped (openraft drops them when the `Raft`
 /// shuts down).
 pub fn open(path: &Path) -> Result<(LogStore, StateMachineStore), StoreError> {
+    open_with(path, Durability::Synced)
+}
+
+/// How the log and the vote reach the disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// Every append and vote is one synced write before it is acknowledged.
+    #[default]
+    Synced,
+    /// A negative control for the fault-injection harness, never for real use:
+    /// log and vote writes skip RocksDB's WAL, so they are acknowledged while only
+    /// in memory and a crash loses them. The safety checkers must catch it.
+    UnsafeNoWal,
+}
+
+/// [`open`] with a chosen [`Durability`].
+pub fn open_with(
+    path: &Path,
+    durability: Durability,
+) -> Result<(LogStore, StateMachineStore), StoreError> {
     let db = db::open_db(path)?;
     let state_machine = StateMachineStore::open(db.clone())?;
-    Ok((LogStore::new(db), state_machine))
+    Ok((LogStore::new(db, durability), state_machine))
 }

@@ -15,6 +15,7 @@ use crate::codec::{self, decode, encode, log_key, LOG_KEY_END};
 use crate::db::{self, CF_LOG, CF_META, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE};
 use crate::error::StoreError;
 use crate::type_config::{Entry, LogId, LogState, StorageResult, TypeConfig, Vote};
+use crate::Durability;
 
 /// openraft's log storage on RocksDB: entries in the `log` column family, the
 /// vote and the committed and last purged log ids in `meta`.
@@ -47,6 +48,7 @@ use crate::type_config::{Entry, LogId, LogState, StorageResult, TypeConfig, Vote
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<DB>,
+    durability: Durability,
 }
 
 impl Debug for LogStore {
@@ -58,8 +60,16 @@ impl Debug for LogStore {
 }
 
 impl LogStore {
-    pub(crate) fn new(db: Arc<DB>) -> Self {
-        LogStore { db }
+    pub(crate) fn new(db: Arc<DB>, durability: Durability) -> Self {
+        LogStore { db, durability }
+    }
+
+    /// Options for the writes Raft needs on disk before they are acknowledged.
+    fn durable_write(&self) -> WriteOptions {
+        match self.durability {
+            Durability::Synced => db::synced(),
+            Durability::UnsafeNoWal => db::unlogged(),
+        }
     }
 
     fn get_meta<T: DeserializeOwned>(
@@ -144,7 +154,7 @@ impl LogStore {
                 encode("log entry", &entry)?,
             );
         }
-        self.db.write_opt(batch, &db::synced())?;
+        self.db.write_opt(batch, &self.durable_write())?;
         Ok(())
     }
 
@@ -152,7 +162,7 @@ impl LogStore {
         let cf = db::cf(&self.db, CF_LOG)?;
         let mut batch = WriteBatch::default();
         batch.delete_range_cf(cf, log_key(index).as_slice(), LOG_KEY_END.as_slice());
-        self.db.write_opt(batch, &db::synced())?;
+        self.db.write_opt(batch, &self.durable_write())?;
         Ok(())
     }
 
@@ -174,7 +184,7 @@ impl LogStore {
             }
             None => batch.delete_range_cf(log_cf, log_key(0).as_slice(), LOG_KEY_END.as_slice()),
         }
-        self.db.write_opt(batch, &db::synced())?;
+        self.db.write_opt(batch, &self.durable_write())?;
         Ok(())
     }
 }
@@ -224,7 +234,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> StorageResult<()> {
-        self.put_meta(KEY_VOTE, "vote", vote, &db::synced())
+        self.put_meta(KEY_VOTE, "vote", vote, &self.durable_write())
             .map_err(|e| StorageIOError::write_vote(&e).into())
     }
 

@@ -1,0 +1,123 @@
+//! `/v1/cluster/members`: adding and removing nodes (admin).
+//!
+//! Until per-token auth exists, "admin" means presenting the cluster secret in the
+//! `baton-cluster-secret` header when the cluster has one.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use baton_raft::BatonNode;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::error::{ApiError, Problem};
+use crate::request::{parse_required_body, read_body};
+use crate::respond::Answer;
+use crate::state::ApiState;
+
+/// Body of `POST /v1/cluster/members`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddMemberBody {
+    /// Raft node id (unique in the cluster).
+    pub id: u64,
+    /// The node's client API URL, e.g. `http://10.0.0.7:7878`.
+    pub api_addr: String,
+    /// The node's Raft peer URL, e.g. `http://10.0.0.7:7879`.
+    pub raft_addr: String,
+    /// Promote to voter once caught up (default true); false keeps a learner.
+    #[serde(default = "default_voter")]
+    pub voter: bool,
+}
+
+fn default_voter() -> bool {
+    true
+}
+
+/// A membership change that completed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MembershipChanged {
+    /// The node concerned.
+    pub id: u64,
+    /// `added` (or updated) or `removed`.
+    pub status: String,
+}
+
+fn require_admin(state: &ApiState, http: &HttpRequest) -> Result<(), ApiError> {
+    let secret = state.node.config().cluster_secret.as_deref();
+    if baton_raft::secret_matches(http, secret) {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthenticated)
+    }
+}
+
+fn checked_url(field: &str, url: &str) -> Result<(), ApiError> {
+    let ok = (url.starts_with("http://") || url.starts_with("https://"))
+        && url.len() <= 256
+        && !url.chars().any(char::is_whitespace);
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::InvalidBody(format!(
+            "{field} must be an http:// or https:// URL of at most 256 characters"
+        )))
+    }
+}
+
+/// Add a node: as a learner first, promoted to voter once it has caught up. Adding
+/// an existing member updates its addresses. Answers once the change is committed.
+#[utoipa::path(post, operation_id = "add_member", path = "/v1/cluster/members", tag = "cluster",
+    request_body = AddMemberBody,
+    params(("baton-cluster-secret" = Option<String>, Header, description = "Required when the cluster has a secret")),
+    responses(
+        (status = 200, body = MembershipChanged),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_body"),
+        (status = 401, body = Problem, content_type = "application/problem+json", description = "unauthenticated"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "membership_refused"),
+        (status = 503, body = Problem, content_type = "application/problem+json", description = "unavailable"),
+    ))]
+pub async fn add(
+    state: web::Data<ApiState>,
+    http: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    require_admin(&state, &http)?;
+    let body = read_body(payload).await?;
+    let input: AddMemberBody = parse_required_body(&body)?;
+    checked_url("api_addr", &input.api_addr)?;
+    checked_url("raft_addr", &input.raft_addr)?;
+    let node = BatonNode {
+        api_addr: input.api_addr.trim_end_matches('/').to_owned(),
+        raft_addr: input.raft_addr.trim_end_matches('/').to_owned(),
+    };
+    state.node.add_member(input.id, node, input.voter).await?;
+    let changed = MembershipChanged {
+        id: input.id,
+        status: "added".into(),
+    };
+    Ok(Answer::ok(changed, state.node.revision()).into_response())
+}
+
+/// Remove a node from the cluster (voter or learner).
+#[utoipa::path(delete, operation_id = "remove_member", path = "/v1/cluster/members/{id}", tag = "cluster",
+    params(("id" = u64, Path), ("baton-cluster-secret" = Option<String>, Header, description = "Required when the cluster has a secret")),
+    responses(
+        (status = 200, body = MembershipChanged),
+        (status = 401, body = Problem, content_type = "application/problem+json", description = "unauthenticated"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "member_not_found"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "membership_refused"),
+        (status = 503, body = Problem, content_type = "application/problem+json", description = "unavailable"),
+    ))]
+pub async fn remove(
+    state: web::Data<ApiState>,
+    http: HttpRequest,
+    path: web::Path<u64>,
+) -> Result<HttpResponse, ApiError> {
+    require_admin(&state, &http)?;
+    let id = path.into_inner();
+    state.node.remove_member(id).await?;
+    let changed = MembershipChanged {
+        id,
+        status: "removed".into(),
+    };
+    Ok(Answer::ok(changed, state.node.revision()).into_response())
+}

@@ -1,0 +1,204 @@
+//! How a node finds its cluster: a single node initializes itself; with static
+//! peers the lowest id initializes once a majority answers and none of them has
+//! a cluster yet; a joining node asks a member to add it. A node whose recorded
+//! addresses differ from what it advertises asks the leader to update them.
+//!
+//! Initialization happens at most once per cluster: a node only initializes when
+//! its own log is empty and every peer it reached reports an empty log, and a
+//! majority must have answered, so two disjoint groups can never both do it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_store::BatonNode;
+use openraft::error::{InitializeError, RaftError};
+use serde::Serialize;
+
+use crate::leader_call::PeerStatus;
+use crate::node::{Node, StartError};
+
+/// The body of `POST /v1/cluster/members` that a joining node sends.
+#[derive(Serialize)]
+struct JoinRequest<'a> {
+    id: u64,
+    api_addr: &'a str,
+    raft_addr: &'a str,
+    voter: bool,
+}
+
+impl Node {
+    /// Starts whichever way of finding the cluster the configuration asks for.
+    pub(crate) async fn bootstrap(self: &Arc<Self>) -> Result<(), StartError> {
+        let initialized = self
+            .raft
+            .is_initialized()
+            .await
+            .map_err(|e| StartError::Raft(e.to_string()))?;
+        let config = &self.config;
+        if !config.peers.is_empty() && !config.peers.contains_key(&config.node_id) {
+            return Err(StartError::Config(format!(
+                "--peers must include this node's id {}",
+                config.node_id
+            )));
+        }
+        if !initialized {
+            if let Some(join) = config.join.clone() {
+                tokio::spawn(self.clone().join(join));
+            } else if config.peers.is_empty() {
+                let me = BTreeMap::from([(config.node_id, self.own_address())]);
+                self.raft
+                    .initialize(me)
+                    .await
+                    .map_err(|e| StartError::Raft(e.to_string()))?;
+            } else if config.peers.keys().next() == Some(&config.node_id) {
+                tokio::spawn(self.clone().initialize_with_peers());
+            }
+        }
+        if config.join.is_none() {
+            tokio::spawn(self.clone().repair_own_address());
+        }
+        Ok(())
+    }
+
+    /// What this node says about itself on the peer listener.
+    pub fn peer_status(&self) -> PeerStatus {
+        let metrics = self.raft.metrics().borrow().clone();
+        PeerStatus {
+            node_id: self.config.node_id,
+            initialized: metrics.membership_config.log_id().is_some()
+                || metrics.last_log_index.is_some(),
+            api_addr: self.config.api_addr.clone(),
+            raft_addr: self.config.raft_addr.clone(),
+            leader_id: metrics.current_leader,
+        }
+    }
+
+    fn own_address(&self) -> BatonNode {
+        BatonNode {
+            api_addr: self.config.api_addr.clone(),
+            raft_addr: self.config.raft_addr.clone(),
+        }
+    }
+
+    async fn initialize_with_peers(self: Arc<Self>) {
+        let mut stop = self.stop.subscribe();
+        let majority = self.config.peers.len() / 2 + 1;
+        loop {
+            if self.peer_status().initialized {
+                return;
+            }
+            let mut answered: BTreeMap<u64, PeerStatus> = BTreeMap::new();
+            answered.insert(self.config.node_id, self.peer_status());
+            let mut someone_initialized = false;
+            for (&id, url) in &self.config.peers {
+                if id == self.config.node_id {
+                    continue;
+                }
+                let addr = self.config.dial_addr(id, url);
+                if let Ok(status) = self.link.status(&addr, Duration::from_secs(1)).await {
+                    someone_initialized |= status.initialized;
+                    answered.insert(id, status);
+                }
+            }
+            if someone_initialized {
+                tracing::info!("a peer already has a cluster; waiting to be contacted");
+                return;
+            }
+            if answered.len() >= majority {
+                let members = self
+                    .config
+                    .peers
+                    .iter()
+                    .map(|(&id, url)| {
+                        let api_addr = answered
+                            .get(&id)
+                            .map(|s| s.api_addr.clone())
+                            .unwrap_or_default();
+                        let raft_addr = url.trim_end_matches('/').to_owned();
+                        (
+                            id,
+                            BatonNode {
+                                api_addr,
+                                raft_addr,
+                            },
+                        )
+                    })
+                    .collect::<BTreeMap<_, _>>();
+                tracing::info!(reachable = answered.len(), "initializing the cluster");
+                match self.raft.initialize(members).await {
+                    Ok(()) => return,
+                    Err(RaftError::APIError(InitializeError::NotAllowed(_))) => return,
+                    Err(error) => tracing::warn!(%error, "initialization failed; retrying"),
+                }
+            } else {
+                tracing::info!(
+                    reachable = answered.len(),
+                    majority,
+                    "waiting for a majority of peers before initializing"
+                );
+            }
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
+    async fn join(self: Arc<Self>, join: String) {
+        let mut stop = self.stop.subscribe();
+        let url = format!("{}/v1/cluster/members", join.trim_end_matches('/'));
+        loop {
+            let body = JoinRequest {
+                id: self.config.node_id,
+                api_addr: &self.config.api_addr,
+                raft_addr: &self.config.raft_addr,
+                voter: true,
+            };
+            match self
+                .link
+                .post_json(&url, &body, Duration::from_secs(150))
+                .await
+            {
+                Ok(()) => {
+                    tracing::info!(%join, "joined the cluster");
+                    return;
+                }
+                Err(error) => tracing::warn!(%error, "join failed; retrying"),
+            }
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
+    /// Once a leader is known, makes sure the membership records this node's
+    /// current addresses (a node the initializer could not reach, or one that
+    /// came back with new addresses).
+    async fn repair_own_address(self: Arc<Self>) {
+        let mut stop = self.stop.subscribe();
+        loop {
+            let metrics = self.raft.metrics().borrow().clone();
+            let membership = metrics.membership_config.membership();
+            if let (Some(_), Some(recorded)) = (
+                metrics.current_leader,
+                membership.get_node(&self.config.node_id),
+            ) {
+                let mine = self.own_address();
+                if recorded == &mine {
+                    return;
+                }
+                let voter = membership.voter_ids().any(|v| v == self.config.node_id);
+                match self.add_member(self.config.node_id, mine, voter).await {
+                    Ok(()) => return,
+                    Err(error) => tracing::warn!(%error, "could not update this node's addresses"),
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+}

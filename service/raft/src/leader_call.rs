@@ -1,0 +1,74 @@
+//! What a follower asks of the leader over the peer listener, and the answers.
+//!
+//! Followers never proxy HTTP: they send the already-parsed [`Request`] (or a
+//! read-index, keepalive or membership call) to the leader and build the client's
+//! response locally from the leader's answer. Waiting requests therefore stay on
+//! the node the client talks to and are woken by that node's own apply, so they
+//! survive a change of leader.
+
+use baton_core::{LeaseId, Outcome, Request};
+use baton_store::BatonNode;
+use serde::{Deserialize, Serialize};
+
+use crate::error::RaftLayerError;
+
+/// A call only the leader can answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum LeaderCall {
+    /// Propose a client request through the log.
+    Propose(Request),
+    /// Confirm leadership with a quorum and return the index a linearizable read
+    /// must wait for.
+    ReadIndex,
+    /// Move a lease's deadline to a full TTL from now; `None` when unknown.
+    KeepAlive(LeaseId),
+    /// Time left on a lease by the leader's clock, in milliseconds.
+    Remaining(LeaseId),
+    /// Add a node (learner, then voter once caught up), or update its addresses.
+    AddMember {
+        /// Raft id.
+        id: u64,
+        /// Where to reach it.
+        node: BatonNode,
+        /// Promote to voter once caught up.
+        voter: bool,
+    },
+    /// Remove a node from the cluster.
+    RemoveMember {
+        /// Raft id.
+        id: u64,
+    },
+}
+
+/// The leader's answer to a [`LeaderCall`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum LeaderAnswer {
+    /// The applied outcome of a proposal.
+    Outcome(Outcome),
+    /// The log index a linearizable read must wait for.
+    ReadIndex(u64),
+    /// The lease's TTL in milliseconds, if it exists.
+    KeepAlive(Option<u64>),
+    /// Remaining time in milliseconds, if the lease exists.
+    Remaining(Option<u64>),
+    /// A membership change completed.
+    MembershipChanged,
+}
+
+/// The envelope on the wire: the answer, or the leader-side error.
+pub type LeaderResult = Result<LeaderAnswer, RaftLayerError>;
+
+/// What a node says about itself on `GET /raft/status` (used by bootstrap).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PeerStatus {
+    /// Its Raft id.
+    pub node_id: u64,
+    /// Whether its log holds a membership (the cluster exists).
+    pub initialized: bool,
+    /// Its advertised client API URL.
+    pub api_addr: String,
+    /// Its advertised Raft URL.
+    pub raft_addr: String,
+    /// The leader it knows of.
+    pub leader_id: Option<u64>,
+}

@@ -1,0 +1,109 @@
+//! The peer listener: openraft's RPCs, leader calls from followers and the
+//! status bootstrap asks for. Served on its own address, never on the client
+//! API, and only to callers presenting the cluster secret when one is set.
+
+use std::sync::Arc;
+
+use actix_web::dev::Service;
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use baton_store::TypeConfig;
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use subtle::ConstantTimeEq;
+
+use crate::leader_call::LeaderCall;
+use crate::network::CLUSTER_SECRET_HEADER;
+use crate::node::Node;
+
+/// Largest peer request body: a catching-up append of 64 full batches, or a
+/// 1 MiB snapshot chunk, as JSON, with room to spare.
+const MAX_PEER_BODY: usize = 128 << 20;
+
+/// Whether `request` carries `secret` (compared in constant time). Always true
+/// when no secret is configured.
+pub fn secret_matches(request: &HttpRequest, secret: Option<&str>) -> bool {
+    let Some(secret) = secret else {
+        return true;
+    };
+    let presented = request
+        .headers()
+        .get(CLUSTER_SECRET_HEADER)
+        .map(|value| value.as_bytes())
+        .unwrap_or_default();
+    bool::from(presented.ct_eq(secret.as_bytes()))
+}
+
+/// Registers the peer routes for `node`.
+pub fn peer_routes(node: Arc<Node>) -> impl FnOnce(&mut web::ServiceConfig) {
+    move |cfg: &mut web::ServiceConfig| {
+        let secret = node.config.cluster_secret.clone();
+        cfg.app_data(web::Data::from(node))
+            .app_data(web::PayloadConfig::new(MAX_PEER_BODY))
+            .service(
+                web::scope("/raft")
+                    .wrap_fn(move |request, service| {
+                        let allowed = secret_matches(request.request(), secret.as_deref());
+                        let call = allowed.then(|| service.call(request));
+                        async move {
+                            match call {
+                                Some(call) => call.await,
+                                None => Err(actix_web::error::ErrorUnauthorized(
+                                    "missing or wrong cluster secret",
+                                )),
+                            }
+                        }
+                    })
+                    .route("/append", web::post().to(append))
+                    .route("/vote", web::post().to(vote))
+                    .route("/snapshot", web::post().to(snapshot))
+                    .route("/leader", web::post().to(leader))
+                    .route("/status", web::get().to(status)),
+            )
+            .default_service(web::to(|| async { HttpResponse::NotFound().finish() }));
+    }
+}
+
+/// Parses the body as `T`, runs `f` on it and answers its result as JSON; a body
+/// that does not parse is a 400 (a peer of another version, or not a peer).
+async fn handle<T, R, F, Fut>(body: &[u8], f: F) -> HttpResponse
+where
+    T: DeserializeOwned,
+    R: Serialize,
+    F: FnOnce(T) -> Fut,
+    Fut: std::future::Future<Output = R>,
+{
+    match serde_json::from_slice::<T>(body) {
+        Ok(request) => HttpResponse::Ok().json(f(request).await),
+        Err(error) => {
+            HttpResponse::build(StatusCode::BAD_REQUEST).body(format!("bad peer request: {error}"))
+        }
+    }
+}
+
+async fn append(node: web::Data<Node>, body: web::Bytes) -> HttpResponse {
+    handle(&body, |rpc: AppendEntriesRequest<TypeConfig>| {
+        node.raft.append_entries(rpc)
+    })
+    .await
+}
+
+async fn vote(node: web::Data<Node>, body: web::Bytes) -> HttpResponse {
+    handle(&body, |rpc: VoteRequest<u64>| node.raft.vote(rpc)).await
+}
+
+async fn snapshot(node: web::Data<Node>, body: web::Bytes) -> HttpResponse {
+    handle(&body, |rpc: InstallSnapshotRequest<TypeConfig>| {
+        node.raft.install_snapshot(rpc)
+    })
+    .await
+}
+
+async fn leader(node: web::Data<Node>, body: web::Bytes) -> HttpResponse {
+    handle(&body, |call: LeaderCall| node.answer(call)).await
+}
+
+async fn status(node: web::Data<Node>) -> HttpResponse {
+    HttpResponse::Ok().json(node.peer_status())
+}

@@ -1,0 +1,317 @@
+//! Real `baton` processes on loopback ports, for the multi-process tests.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// The secret every test cluster uses.
+pub const SECRET: &str = "test-cluster-secret";
+
+/// A free loopback port (bound then released; good enough for tests).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Sends a signal with the `kill` command (the tests forbid unsafe code).
+pub fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
+/// One node process.
+pub struct NodeProc {
+    /// Raft id.
+    pub id: u64,
+    /// `http://127.0.0.1:port` of the client API.
+    pub api: String,
+    /// Client API port.
+    pub api_port: u16,
+    /// Raft port.
+    pub raft_port: u16,
+    /// Data directory.
+    pub data: PathBuf,
+    /// The running process, if any.
+    pub child: Option<Child>,
+    /// Arguments after `serve` that make this node part of the cluster.
+    pub membership_args: Vec<String>,
+    stopped: bool,
+}
+
+/// A cluster of real processes, killed when dropped.
+pub struct Cluster {
+    /// Nodes, index = id - 1.
+    pub nodes: Vec<NodeProc>,
+    /// Keeps the data directories alive.
+    pub dir: tempfile::TempDir,
+    /// HTTP client for the tests.
+    pub client: reqwest::Client,
+    /// Extra `serve` flags for every node.
+    pub extra: Vec<String>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(child) = node.child.as_mut() {
+                if node.stopped {
+                    let _ = Command::new("kill")
+                        .args(["-CONT", &child.id().to_string()])
+                        .status();
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+impl Cluster {
+    /// Starts `n` voters with static `--peers` and waits until every node is ready.
+    pub async fn start(n: u64, extra: &[&str]) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let mut nodes = Vec::new();
+        for id in 1..=n {
+            let api_port = free_port();
+            nodes.push(NodeProc {
+                id,
+                api: format!("http://127.0.0.1:{api_port}"),
+                api_port,
+                raft_port: free_port(),
+                data: dir.path().join(format!("node-{id}")),
+                child: None,
+                membership_args: Vec::new(),
+                stopped: false,
+            });
+        }
+        let peers = nodes
+            .iter()
+            .map(|n| format!("{}=http://127.0.0.1:{}", n.id, n.raft_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        for node in &mut nodes {
+            node.membership_args = vec!["--peers".into(), peers.clone()];
+        }
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let mut cluster = Cluster {
+            nodes,
+            dir,
+            client,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        for id in 1..=n {
+            cluster.spawn(id);
+        }
+        for id in 1..=n {
+            cluster.wait_ready(id).await;
+        }
+        cluster
+    }
+
+    /// Adds a node that will `--join` through node `via` (not started yet).
+    pub fn add_joiner(&mut self, via: u64) -> u64 {
+        let id = self.nodes.len() as u64 + 1;
+        let api_port = free_port();
+        let join = self.node(via).api.clone();
+        self.nodes.push(NodeProc {
+            id,
+            api: format!("http://127.0.0.1:{api_port}"),
+            api_port,
+            raft_port: free_port(),
+            data: self.dir.path().join(format!("node-{id}")),
+            child: None,
+            membership_args: vec!["--join".into(), join],
+            stopped: false,
+        });
+        id
+    }
+
+    /// The node with id `id`.
+    pub fn node(&self, id: u64) -> &NodeProc {
+        &self.nodes[(id - 1) as usize]
+    }
+
+    /// Starts (or restarts) node `id`'s process.
+    pub fn spawn(&mut self, id: u64) {
+        let extra = self.extra.clone();
+        let timing: &[&str] = if extra.iter().any(|a| a == "--election-timeout-ms") {
+            &[]
+        } else {
+            &["--heartbeat-ms", "50", "--election-timeout-ms", "500"]
+        };
+        let node = &mut self.nodes[(id - 1) as usize];
+        let child = Command::new(env!("CARGO_BIN_EXE_baton"))
+            .arg("serve")
+            .args(["--node-id", &id.to_string()])
+            .args(["--listen", &format!("127.0.0.1:{}", node.api_port)])
+            .args(["--raft-listen", &format!("127.0.0.1:{}", node.raft_port)])
+            .arg("--data-dir")
+            .arg(&node.data)
+            .args(timing)
+            .args(["--propose-timeout-ms", "3000"])
+            .args(&node.membership_args)
+            .args(&extra)
+            .env("BATON_CLUSTER_SECRET", SECRET)
+            .env("BATON_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        node.child = Some(child);
+        node.stopped = false;
+    }
+
+    /// `kill -9` node `id`.
+    pub fn kill9(&mut self, id: u64) {
+        let node = &mut self.nodes[(id - 1) as usize];
+        if let Some(mut child) = node.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// SIGSTOP node `id`.
+    pub fn pause(&mut self, id: u64) {
+        let node = &mut self.nodes[(id - 1) as usize];
+        signal(node.child.as_ref().unwrap().id(), "STOP");
+        node.stopped = true;
+    }
+
+    /// SIGCONT node `id`.
+    pub fn resume(&mut self, id: u64) {
+        let node = &mut self.nodes[(id - 1) as usize];
+        signal(node.child.as_ref().unwrap().id(), "CONT");
+        node.stopped = false;
+    }
+
+    /// Waits (up to 30 s) until node `id` answers `/readyz` with 200.
+    pub async fn wait_ready(&self, id: u64) {
+        let url = format!("{}/readyz", self.node(id).api);
+        for _ in 0..300 {
+            if let Ok(response) = self.client.get(&url).send().await {
+                if response.status() == 200 {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("node {id} never became ready");
+    }
+
+    /// `GET /v1/cluster` on node `id` (its own view).
+    pub async fn view(&self, id: u64) -> Option<Value> {
+        let url = format!("{}/v1/cluster", self.node(id).api);
+        let response = self
+            .client
+            .get(&url)
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .ok()?;
+        response.json().await.ok()
+    }
+
+    /// Waits until the live nodes agree on a leader other than `not`; returns it.
+    pub async fn wait_leader(&self, not: Option<u64>) -> u64 {
+        for _ in 0..300 {
+            let mut seen = Vec::new();
+            for node in &self.nodes {
+                if node.child.is_none() || node.stopped {
+                    continue;
+                }
+                let leader = self
+                    .view(node.id)
+                    .await
+                    .and_then(|v| v["leader_id"].as_u64());
+                seen.push(leader);
+            }
+            if let Some(Some(first)) = seen.first() {
+                if Some(*first) != not && seen.iter().all(|l| *l == Some(*first)) {
+                    return *first;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no agreed leader");
+    }
+
+    /// A request to node `id`: (status, JSON body or Null).
+    pub async fn call(
+        &self,
+        id: u64,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        call(&self.client, &self.node(id).api, method, path, body).await
+    }
+
+    /// `POST path` with a JSON body on node `id`.
+    pub async fn post(&self, id: u64, path: &str, body: Value) -> (u16, Value) {
+        self.call(id, reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// `GET path` on node `id`.
+    pub async fn get(&self, id: u64, path: &str) -> (u16, Value) {
+        self.call(id, reqwest::Method::GET, path, None).await
+    }
+
+    /// Creates a lease through node `id`.
+    pub async fn lease(&self, id: u64, ttl_ms: u64) -> String {
+        let (status, body) = self.post(id, "/v1/leases", json!({"ttl_ms": ttl_ms})).await;
+        assert_eq!(status, 201, "{body}");
+        body["lease_id"].as_str().unwrap().to_owned()
+    }
+
+    /// A gauge from node `id`'s `/metrics`.
+    pub async fn metric(&self, id: u64, name: &str) -> f64 {
+        let text = self
+            .client
+            .get(format!("{}/metrics", self.node(id).api))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name} ")))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name}"))
+    }
+}
+
+/// A request to `base`: (status, JSON body or Null). Transport errors are 0.
+pub async fn call(
+    client: &reqwest::Client,
+    base: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request = client.request(method, format!("{base}{path}"));
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    match request.send().await {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let body = response.json().await.unwrap_or(Value::Null);
+            (status, body)
+        }
+        Err(_) => (0, Value::Null),
+    }
+}
