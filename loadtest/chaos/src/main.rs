@@ -31,6 +31,9 @@ enum Cmd {
         /// The run's output directory.
         #[arg(long)]
         dir: PathBuf,
+        /// Search budget of the linearizability checker, per key.
+        #[arg(long)]
+        lin_max_steps: Option<u64>,
     },
 }
 
@@ -92,6 +95,9 @@ struct RunArgs {
     /// Keep the nodes' data directories.
     #[arg(long)]
     keep_data: bool,
+    /// Search budget of the linearizability checker, per key.
+    #[arg(long, default_value_t = 2_000_000)]
+    lin_max_steps: u64,
 }
 
 fn main() -> ExitCode {
@@ -104,7 +110,7 @@ fn main() -> ExitCode {
         }
     };
     let (report, expect_violation) = match cli.command {
-        Cmd::Check { dir } => (recheck(&dir), false),
+        Cmd::Check { dir, lin_max_steps } => (recheck(&dir, lin_max_steps), false),
         Cmd::Run(a) => {
             let faults = match FaultFamily::parse_list(&a.faults) {
                 Ok(f) => f,
@@ -131,6 +137,7 @@ fn main() -> ExitCode {
                 election_timeout_ms: a.election_timeout_ms,
                 keys: a.keys,
                 keep_data: a.keep_data,
+                lin_max_steps: a.lin_max_steps,
             };
             (rt.block_on(run(cfg)), a.expect_violation)
         }

@@ -73,6 +73,13 @@ pub struct RunConfig {
     pub keys: usize,
     /// Keep the nodes' data directories.
     pub keep_data: bool,
+    /// Search budget of the linearizability checker, per key.
+    #[serde(default = "default_lin_steps")]
+    pub lin_max_steps: u64,
+}
+
+fn default_lin_steps() -> u64 {
+    LinearizableConfig::default().max_steps
 }
 
 /// What a run produced.
@@ -314,15 +321,18 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
     Ok(report)
 }
 
-/// Re-checks a saved run directory.
-pub fn recheck(dir: &Path) -> anyhow::Result<Report> {
+/// Re-checks a saved run directory (`lin_max_steps` overrides the saved budget).
+pub fn recheck(dir: &Path, lin_max_steps: Option<u64>) -> anyhow::Result<Report> {
     let events = history::read_jsonl(&dir.join("history.jsonl"))?;
     let reg: BTreeMap<String, Vec<AcceptedWrite>> =
         serde_json::from_slice(&std::fs::read(dir.join("register.json"))?)?;
     let end_ns: u64 = std::fs::read_to_string(dir.join("end_ns"))?
         .trim()
         .parse()?;
-    let old: Report = serde_json::from_slice(&std::fs::read(dir.join("report.json"))?)?;
+    let mut old: Report = serde_json::from_slice(&std::fs::read(dir.join("report.json"))?)?;
+    if let Some(steps) = lin_max_steps {
+        old.config.lin_max_steps = steps;
+    }
     let ops = history::pair(&events, end_ns);
     let events: Vec<NemesisEvent> =
         serde_json::from_slice(&std::fs::read(dir.join("nemesis.json"))?)?;
@@ -381,7 +391,11 @@ fn evaluate(
         ops: ops.to_vec(),
         register,
     };
-    let mut verdicts = check::run_all(&input, &LinearizableConfig::default());
+    let lin = LinearizableConfig {
+        max_steps: config.lin_max_steps,
+        ..LinearizableConfig::default()
+    };
+    let mut verdicts = check::run_all(&input, &lin);
     if !config.strict_clock {
         for v in verdicts
             .iter_mut()

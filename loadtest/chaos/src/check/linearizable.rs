@@ -1,7 +1,9 @@
 //! Linearizability of each key's history against the sequential lock model
 //! ([`LockModel`]), by the Wing-Gong-Lowe search with Lowe's memoization of
-//! (linearized set, state), as in Porcupine. Unknown outcomes never return: they may
-//! take effect at any point after their invoke, or never.
+//! (linearized set, state), as in Porcupine. An unknown outcome may take effect at
+//! any point after its invoke until `unknown_horizon_ms` after the client gave up,
+//! or never. (Without a horizon every unknown op stays concurrent with the rest of
+//! the history and the search of a long history explodes.)
 
 use std::collections::HashSet;
 
@@ -16,6 +18,8 @@ pub struct LinearizableConfig {
     pub max_steps: u64,
     /// Largest number of ops per key searched (longer histories are inconclusive).
     pub max_ops: usize,
+    /// How long after the client gave up an unknown outcome may still take effect.
+    pub unknown_horizon_ms: u64,
 }
 
 impl Default for LinearizableConfig {
@@ -23,6 +27,7 @@ impl Default for LinearizableConfig {
         Self {
             max_steps: 2_000_000,
             max_ops: 20_000,
+            unknown_horizon_ms: 10_000,
         }
     }
 }
@@ -70,7 +75,8 @@ pub fn check_linearizable(ops: &[Op], config: &LinearizableConfig) -> Verdict {
             .iter()
             .map(|(o, _)| {
                 let ret = if o.outcome == Outcome::Unknown {
-                    u64::MAX
+                    o.complete_ns
+                        .saturating_add(config.unknown_horizon_ms * 1_000_000)
                 } else {
                     o.complete_ns
                 };
@@ -126,8 +132,8 @@ struct Frame {
     next_alt: usize,
 }
 
-/// Wing-Gong-Lowe over one key. `times[i]` is `(invoke, return)`; unknown outcomes
-/// have return `u64::MAX`.
+/// Wing-Gong-Lowe over one key. `times[i]` is `(invoke, return)`; an unknown
+/// outcome's return is its horizon.
 pub fn search(model: &LockModel, ops: &[ModelOp], times: &[(u64, u64)], max_steps: u64) -> Search {
     let n = ops.len();
     // Entries sorted by time; at equal times calls first (concurrent, the permissive reading).
@@ -249,8 +255,8 @@ pub fn search(model: &LockModel, ops: &[ModelOp], times: &[(u64, u64)], max_step
             continue;
         }
         // A return whose call is not linearized yet.
-        if times[node.op].1 == u64::MAX {
-            // An unknown outcome reached the end of time: linearize it as "no effect".
+        if ops[node.op].is_unknown() {
+            // An unknown outcome reached its horizon: linearize it as "no effect".
             let call = nodes
                 .iter()
                 .position(|x| x.is_call && x.op == node.op)

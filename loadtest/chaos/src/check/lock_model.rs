@@ -71,6 +71,13 @@ const CONFLICT: &[&str] = &[
     "lease_not_found",
 ];
 
+impl ModelOp {
+    /// Whether the outcome is unknown (it may never have taken effect).
+    pub fn is_unknown(&self) -> bool {
+        self.outcome == Outcome::Unknown
+    }
+}
+
 impl LockModel {
     /// Prepares an op; `None` for ops the model ignores (register writes, and
     /// unknown outcomes of ops whose effect is dominated by doing nothing).
