@@ -25,7 +25,8 @@ pub struct MemberInfo {
 /// The cluster as this node sees it.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ClusterInfo {
-    /// Identifies the cluster.
+    /// Identifies the cluster (the same on every node; empty for the first moments
+    /// of a new cluster, until its id is committed).
     pub cluster_id: String,
     /// This node.
     pub node_id: u64,
@@ -54,7 +55,9 @@ pub async fn cluster(state: web::Data<ApiState>) -> Result<HttpResponse, ApiErro
     let status = state.node.cluster();
     let commit_index = state.node.commit_index().await;
     let info = ClusterInfo {
-        cluster_id: state.settings.cluster_id.clone(),
+        cluster_id: state
+            .node
+            .read(|sm| sm.cluster_id().unwrap_or_default().to_owned()),
         node_id: status.node_id,
         leader_id: status.leader_id,
         term: status.term,

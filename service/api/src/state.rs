@@ -11,8 +11,6 @@ pub struct ApiSettings {
     pub default_ttl_ms: u64,
     /// Largest `wait_ms` accepted.
     pub max_wait_ms: u64,
-    /// Identifies the cluster in `GET /v1/cluster`.
-    pub cluster_id: String,
 }
 
 impl Default for ApiSettings {
@@ -20,7 +18,6 @@ impl Default for ApiSettings {
         ApiSettings {
             default_ttl_ms: 15_000,
             max_wait_ms: 300_000,
-            cluster_id: String::new(),
         }
     }
 }

@@ -648,8 +648,17 @@ async fn lists_reads_and_cluster_status() {
     );
     let bad = get(&app, "/v1/locks/x/1?consistency=eventual").await;
     assert_eq!((bad.status, bad.code()), (400, "invalid_query"));
-    let cluster = get(&app, "/v1/cluster").await;
-    assert_eq!(cluster.body["cluster_id"], "test-cluster");
+    let mut cluster = get(&app, "/v1/cluster").await;
+    for _ in 0..100 {
+        // The id is committed by a background proposal right after start.
+        if cluster.body["cluster_id"] != "" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        cluster = get(&app, "/v1/cluster").await;
+    }
+    let cluster_id = cluster.body["cluster_id"].as_str().unwrap();
+    assert_eq!(cluster_id.len(), 32, "{cluster_id}");
     assert_eq!(cluster.body["node_id"], 1);
     assert_eq!(cluster.body["leader_id"], 1);
     assert_eq!(cluster.body["members"].as_array().unwrap().len(), 1);

@@ -77,6 +77,12 @@ impl LeaseRef {
 /// Every mutation the state machine knows.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command {
+    /// Name the cluster, unless it already has a name (the first one applied
+    /// stays). Proposed by nodes that find the state without one.
+    SetClusterId {
+        /// A random id.
+        cluster_id: String,
+    },
     /// Create a lease.
     CreateLease {
         /// Chosen by the proposer from a CSPRNG.

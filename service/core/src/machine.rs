@@ -56,6 +56,9 @@ pub struct StateMachine {
     /// Locks in lock delay, by the time the delay ends.
     pub(crate) delayed: BTreeSet<(u64, String)>,
     pub(crate) idempotency: IdempotencyTable,
+    /// Names the cluster; set once by the first `SetClusterId` applied. Last field:
+    /// format-1 snapshots (which lack it) decode by appending `None`.
+    pub(crate) cluster_id: Option<String>,
 }
 
 impl StateMachine {
@@ -67,6 +70,11 @@ impl StateMachine {
     /// The revision: how many state changes have been applied.
     pub fn revision(&self) -> u64 {
         self.revision
+    }
+
+    /// The cluster's id, once the first `SetClusterId` has been applied.
+    pub fn cluster_id(&self) -> Option<&str> {
+        self.cluster_id.as_deref()
     }
 
     /// The state machine's clock: the highest leader-stamped time applied so far.
@@ -230,6 +238,13 @@ impl StateMachine {
             Command::Unregister { name, lease_id } => self.unregister(name, *lease_id, events),
             // Time-driven rules already ran in `apply`.
             Command::Tick => Ok(Reply::Ticked),
+            // Metadata, not a state change of any lock: no revision.
+            Command::SetClusterId { cluster_id } => {
+                let kept = self.cluster_id.get_or_insert_with(|| cluster_id.clone());
+                Ok(Reply::ClusterId {
+                    cluster_id: kept.clone(),
+                })
+            }
         }
     }
 

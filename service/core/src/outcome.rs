@@ -119,6 +119,11 @@ pub enum Reply {
     NameUnregistered,
     /// Time-driven rules ran.
     Ticked,
+    /// The cluster's id (the one already set, if any).
+    ClusterId {
+        /// The id that stands.
+        cluster_id: String,
+    },
 }
 
 /// Why a holding ended.

@@ -4,7 +4,7 @@ use crate::machine::StateMachine;
 
 /// The snapshot format this build writes. Readers accept every version listed in
 /// [`StateMachine::from_snapshot`].
-pub const SNAPSHOT_FORMAT: u8 = 1;
+pub const SNAPSHOT_FORMAT: u8 = 2;
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -13,7 +13,7 @@ pub enum SnapshotError {
     #[error("snapshot is empty")]
     Empty,
     /// Written by a newer (or unknown) format.
-    #[error("snapshot format {0} is not supported by this build (it reads format 1)")]
+    #[error("snapshot format {0} is not supported by this build (it reads formats 1 and 2)")]
     UnsupportedFormat(u8),
     /// The bytes do not decode.
     #[error("snapshot is corrupt: {0}")]
@@ -36,7 +36,14 @@ impl StateMachine {
     pub fn from_snapshot(bytes: &[u8]) -> Result<StateMachine, SnapshotError> {
         let (&format, body) = bytes.split_first().ok_or(SnapshotError::Empty)?;
         match format {
-            1 => Ok(postcard::from_bytes(body)?),
+            // Format 1 is format 2 without the trailing `cluster_id`: postcard
+            // writes `None` as one zero byte.
+            1 => {
+                let mut padded = body.to_vec();
+                padded.push(0);
+                Ok(postcard::from_bytes(&padded)?)
+            }
+            2 => Ok(postcard::from_bytes(body)?),
             other => Err(SnapshotError::UnsupportedFormat(other)),
         }
     }

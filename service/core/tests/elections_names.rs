@@ -376,6 +376,42 @@ fn snapshot_restores_an_identical_state() {
 }
 
 #[test]
+fn the_first_cluster_id_stands_and_survives_snapshots_of_either_format() {
+    let mut d = Driver::default();
+    let holder = d.create_lease(1);
+    d.grant("before-id", holder);
+    let format1 = {
+        // A format-1 snapshot is today's encoding minus the trailing `None`.
+        let mut bytes = d.sm.to_snapshot();
+        assert_eq!(bytes.pop(), Some(0), "cluster_id None is the last byte");
+        bytes[0] = 1;
+        bytes
+    };
+    let old = StateMachine::from_snapshot(&format1).expect("format 1 still reads");
+    assert_eq!(old, d.sm);
+    assert_eq!(old.cluster_id(), None);
+
+    let revision = d.sm.revision();
+    let first = d.apply(Command::SetClusterId {
+        cluster_id: "first".into(),
+    });
+    let second = d.apply(Command::SetClusterId {
+        cluster_id: "second".into(),
+    });
+    for outcome in [&first, &second] {
+        assert_eq!(
+            outcome.result,
+            Ok(Reply::ClusterId {
+                cluster_id: "first".into()
+            })
+        );
+    }
+    assert_eq!(d.sm.revision(), revision, "metadata, not a state change");
+    let twin = StateMachine::from_snapshot(&d.sm.to_snapshot()).expect("restores");
+    assert_eq!(twin.cluster_id(), Some("first"));
+}
+
+#[test]
 fn snapshots_of_unknown_formats_or_garbage_are_refused() {
     assert!(StateMachine::from_snapshot(&[]).is_err());
     assert!(StateMachine::from_snapshot(&[99, 0, 0]).is_err());

@@ -813,6 +813,8 @@ impl Model {
                 Some(MReply::NameUnregistered)
             }
             Command::Tick => Some(MReply::Ticked),
+            // Not generated: cluster metadata, no lock state.
+            Command::SetClusterId { .. } => Some(MReply::Ticked),
         }
     }
 
@@ -885,7 +887,7 @@ fn classify(reply: &Reply) -> MReply {
         Reply::Resigned => MReply::Resigned,
         Reply::NameRegistered { created, .. } => MReply::NameRegistered(*created),
         Reply::NameUnregistered => MReply::NameUnregistered,
-        Reply::Ticked => MReply::Ticked,
+        Reply::Ticked | Reply::ClusterId { .. } => MReply::Ticked,
     }
 }
 

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton_core::{Command, Request};
 use baton_store::BatonNode;
 use openraft::error::{InitializeError, RaftError};
 use serde::Serialize;
@@ -58,7 +59,30 @@ impl Node {
         if config.join.is_none() {
             tokio::spawn(self.clone().repair_own_address());
         }
+        tokio::spawn(self.clone().ensure_cluster_id());
         Ok(())
+    }
+
+    /// Names the cluster in the replicated state if nobody has yet: every node
+    /// may propose, the first applied stands, so every node shows the same id.
+    async fn ensure_cluster_id(self: Arc<Self>) {
+        let mut stop = self.stop.subscribe();
+        loop {
+            if self.read(|sm| sm.cluster_id().is_some()) {
+                return;
+            }
+            if self.raft.metrics().borrow().current_leader.is_some() {
+                let cluster_id = format!("{:032x}", Node::new_lease_id().0);
+                let command = Command::SetClusterId { cluster_id };
+                if self.propose(Request::plain(command)).await.is_ok() {
+                    return;
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                _ = stop.changed() => return,
+            }
+        }
     }
 
     /// What this node says about itself on the peer listener.

@@ -5,7 +5,6 @@ mod dev_cluster;
 mod proxy;
 
 use std::io::Write;
-use std::path::Path;
 use std::time::Duration;
 
 use actix_web::{web, App, HttpServer};
@@ -27,31 +26,12 @@ fn init_tracing() {
         .init();
 }
 
-/// Reads the cluster id stored beside the data, creating it on first start.
-fn cluster_id(data_dir: &Path) -> anyhow::Result<String> {
-    let path = data_dir.join("CLUSTER_ID");
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        return Ok(text.trim().to_owned());
-    }
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("creating {}", data_dir.display()))?;
-    let id = format!("{:032x}", rand_id());
-    std::fs::write(&path, format!("{id}\n"))
-        .with_context(|| format!("writing {}", path.display()))?;
-    Ok(id)
-}
-
-fn rand_id() -> u128 {
-    Node::new_lease_id().0
-}
-
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     args.validate().map_err(anyhow::Error::msg)?;
     if let Some(targets) = args.proxy.clone() {
         return serve_proxy(&args, &targets).await;
     }
     let node_id = args.resolved_node_id().map_err(anyhow::Error::msg)?;
-    let cluster_id = cluster_id(&args.data_dir)?;
     // Bind the peer listener first: with port 0 its address is known only now,
     // and the node advertises it.
     let raft_listener = std::net::TcpListener::bind(&args.raft_listen)
@@ -86,7 +66,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         settings: ApiSettings {
             default_ttl_ms: args.default_ttl_ms,
             max_wait_ms: args.max_wait_ms,
-            cluster_id,
         },
     };
     let server = HttpServer::new(move || App::new().configure(configure(state.clone())))

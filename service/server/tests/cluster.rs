@@ -32,6 +32,20 @@ async fn three_nodes_form_and_every_node_serves_every_request() {
     let view = cluster.view(1).await.unwrap();
     let members = view["members"].as_array().unwrap();
     assert_eq!(members.len(), 3, "{view}");
+    let cluster_ids = eventually(100, || async {
+        let mut ids = Vec::new();
+        for id in 1..=3 {
+            let (_, body) = cluster.get(id, "/v1/cluster").await;
+            ids.push(body["cluster_id"].as_str()?.to_owned());
+        }
+        ids.iter().all(|id| !id.is_empty()).then_some(ids)
+    })
+    .await
+    .expect("the cluster gets an id");
+    assert!(
+        cluster_ids.iter().all(|id| id == &cluster_ids[0]),
+        "one id: {cluster_ids:?}"
+    );
     for (member, node) in members.iter().zip(&cluster.nodes) {
         assert_eq!(
             member["api_addr"],
@@ -432,7 +446,7 @@ async fn proxy_mode_forwards_everything_and_survives_a_leader_change() {
         .collect::<Vec<_>>()
         .join(",");
     let port = free_port();
-    let mut proxy = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+    let mut proxy = std::process::Command::new(harness::baton_bin())
         .args([
             "serve",
             "--proxy",

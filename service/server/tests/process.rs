@@ -22,16 +22,18 @@ fn free_port() -> u16 {
 }
 
 async fn start(data_dir: &Path, port: u16) -> Server {
-    let child = Command::new(env!("CARGO_BIN_EXE_baton"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--raft-listen", "127.0.0.1:0"])
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env("BATON_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let child = Command::new(
+        std::env::var("BATON_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_baton").to_owned()),
+    )
+    .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+    .args(["--raft-listen", "127.0.0.1:0"])
+    .arg("--data-dir")
+    .arg(data_dir)
+    .env("BATON_LOG", "warn")
+    .stdout(Stdio::null())
+    .stderr(Stdio::inherit())
+    .spawn()
+    .unwrap();
     let server = Server {
         child,
         base: format!("http://127.0.0.1:{port}"),

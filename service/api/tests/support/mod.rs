@@ -39,7 +39,6 @@ pub fn state(node: &TestNode) -> ApiState {
         settings: ApiSettings {
             default_ttl_ms: 5_000,
             max_wait_ms: 60_000,
-            cluster_id: "test-cluster".into(),
         },
     }
 }

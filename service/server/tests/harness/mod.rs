@@ -11,6 +11,12 @@ use serde_json::{json, Value};
 /// The secret every test cluster uses.
 pub const SECRET: &str = "test-cluster-secret";
 
+/// The server binary: `BATON_TEST_BIN` when set (to test another build, such as
+/// the release binary), else the one cargo built for these tests.
+pub fn baton_bin() -> String {
+    std::env::var("BATON_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_baton").to_owned())
+}
+
 /// A free loopback port (bound then released; good enough for tests).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -153,7 +159,7 @@ impl Cluster {
             &["--heartbeat-ms", "50", "--election-timeout-ms", "500"]
         };
         let node = &mut self.nodes[(id - 1) as usize];
-        let child = Command::new(env!("CARGO_BIN_EXE_baton"))
+        let child = Command::new(baton_bin())
             .arg("serve")
             .args(["--node-id", &id.to_string()])
             .args(["--listen", &format!("127.0.0.1:{}", node.api_port)])
