@@ -66,11 +66,15 @@ chaos: build
 	$(CHAOS_BIN) run --nodes 5 --duration-s 300 --seed $(CHAOS_SEED) --faults kill,pause,partition,clock \
 		--baton-bin $(BATON_BIN) --out chaos-out/chaos-$(CHAOS_SEED)
 
-# 60-second smoke on 3 nodes, then the skip-fencing negative control, which must
-# be caught (--expect-violation exits 0 only if a checker fails).
+# 60-second smoke on 3 nodes, then two short negative controls that must be caught
+# (--expect-violation=CHECKERS exits 0 only if those checkers failed): workers that
+# skip fencing, and acknowledged writes lost (every kill-all wipes the data; seed 5
+# schedules its first kill-all 7 s in).
 test-chaos: build
 	@.ci/setup chaos
 	$(CHAOS_BIN) run --nodes 3 --duration-s 60 --seed $(CHAOS_SEED) --faults kill,pause,partition \
 		--baton-bin $(BATON_BIN) --out chaos-out/smoke-$(CHAOS_SEED)
 	$(CHAOS_BIN) run --nodes 3 --duration-s 30 --seed $(CHAOS_SEED) --faults pause --unsafe-skip-fencing \
-		--expect-violation --baton-bin $(BATON_BIN) --out chaos-out/control-skip-fencing-$(CHAOS_SEED)
+		--expect-violation=fenced-register --baton-bin $(BATON_BIN) --out chaos-out/control-skip-fencing-$(CHAOS_SEED)
+	$(CHAOS_BIN) run --nodes 3 --duration-s 30 --seed 5 --faults kill --unsafe-wipe-on-kill-all \
+		--expect-violation=tokens-unique,realtime-order --baton-bin $(BATON_BIN) --out chaos-out/control-lost-writes

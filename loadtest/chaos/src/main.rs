@@ -89,9 +89,10 @@ struct RunArgs {
     /// (acknowledged writes lost, as on a disk that never synced).
     #[arg(long)]
     unsafe_wipe_on_kill_all: bool,
-    /// Exit 0 only if a violation WAS found (for negative controls).
-    #[arg(long)]
-    expect_violation: bool,
+    /// Negative controls: exit 0 only if these checkers (comma-separated) failed;
+    /// with no value, if any checker failed.
+    #[arg(long, num_args = 0..=1, default_missing_value = "any")]
+    expect_violation: Option<String>,
     /// Keep the nodes' data directories.
     #[arg(long)]
     keep_data: bool,
@@ -110,7 +111,7 @@ fn main() -> ExitCode {
         }
     };
     let (report, expect_violation) = match cli.command {
-        Cmd::Check { dir, lin_max_steps } => (recheck(&dir, lin_max_steps), false),
+        Cmd::Check { dir, lin_max_steps } => (recheck(&dir, lin_max_steps), None),
         Cmd::Run(a) => {
             let faults = match FaultFamily::parse_list(&a.faults) {
                 Ok(f) => f,
@@ -145,17 +146,44 @@ fn main() -> ExitCode {
     match report {
         Ok(r) => {
             print!("{}", render(&r));
-            match (r.violation, expect_violation) {
-                (true, false) => ExitCode::from(1),
-                (false, true) => {
-                    println!("negative control NOT caught: a violation was expected");
+            let Some(expected) = expect_violation else {
+                return if r.violation {
                     ExitCode::from(1)
-                }
-                (true, true) => {
-                    println!("negative control caught, as expected");
+                } else {
                     ExitCode::SUCCESS
+                };
+            };
+            let failed: Vec<&str> = r
+                .verdicts
+                .iter()
+                .filter(|v| v.status == "fail")
+                .map(|v| v.checker.as_str())
+                .collect();
+            let missed: Vec<&str> = if expected == "any" {
+                if failed.is_empty() {
+                    vec!["any"]
+                } else {
+                    vec![]
                 }
-                (false, false) => ExitCode::SUCCESS,
+            } else {
+                expected
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|c| !failed.contains(c))
+                    .collect()
+            };
+            if missed.is_empty() {
+                println!(
+                    "negative control caught, as expected ({})",
+                    failed.join(", ")
+                );
+                ExitCode::SUCCESS
+            } else {
+                println!(
+                    "negative control NOT caught by {}: a violation was expected",
+                    missed.join(", ")
+                );
+                ExitCode::from(1)
             }
         }
         Err(e) => {

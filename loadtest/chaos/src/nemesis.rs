@@ -370,7 +370,8 @@ impl Nemesis {
                     for v in &ids {
                         let _ = c.wipe_data(*v);
                     }
-                    self.log.record("wipe-data", format!("data directories of {ids:?} wiped"));
+                    self.log
+                        .record("wipe-data", format!("data directories of {ids:?} wiped"));
                 }
                 self.hold(*down_ms, stop).await;
                 self.restart(&ids).await;
