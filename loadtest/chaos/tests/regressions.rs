@@ -81,3 +81,28 @@ fn a_renew_and_a_newer_grant_both_acknowledged_is_not_linearizable() {
     );
     assert!(lin.failed(), "{lin:?}");
 }
+
+/// Bug 3 (seed 1, the 60 s smoke of `make test-chaos`): an acquire with `wait_ms`
+/// answered `409 lock_held` across a leader kill, yet stayed in the replicated
+/// queue and was handed the lock (token 163) when the holder released it.
+const TIMED_OUT_WAITER_GRANTED: &str = r#"
+{"op":233,"process":3,"type":"invoke","f":"acquire","key":"chaos-lock-0","time_ns":8203592888,"holder":"p3-s6","ttl_ms":1500,"node":1}
+{"op":233,"process":3,"type":"ok","f":"acquire","key":"chaos-lock-0","time_ns":8440439385,"lease":"bq3olmuerag5kq2oli3uaae2ja","token":152}
+{"op":245,"process":5,"type":"invoke","f":"acquire","key":"chaos-lock-0","time_ns":8632354035,"holder":"p5-s12","ttl_ms":1500,"node":2}
+{"op":252,"process":3,"type":"invoke","f":"renew","key":"chaos-lock-0","time_ns":8891946883,"lease":"bq3olmuerag5kq2oli3uaae2ja","token":152,"holder":"p3-s6","ttl_ms":1500,"node":3}
+{"op":254,"process":4,"type":"invoke","f":"read","key":"chaos-lock-0","time_ns":8966521199,"node":2}
+{"op":245,"process":5,"type":"fail","f":"acquire","key":"chaos-lock-0","time_ns":9285589039,"error":"lock_held"}
+{"op":252,"process":3,"type":"ok","f":"renew","key":"chaos-lock-0","time_ns":9536201054}
+{"op":260,"process":3,"type":"invoke","f":"release","key":"chaos-lock-0","time_ns":9536205020,"lease":"bq3olmuerag5kq2oli3uaae2ja","token":152,"holder":"p3-s6","ttl_ms":1500,"node":3}
+{"op":260,"process":3,"type":"ok","f":"release","key":"chaos-lock-0","time_ns":9537811782}
+{"op":254,"process":4,"type":"ok","f":"read","key":"chaos-lock-0","time_ns":9539853751,"token":163,"holder":"p5-s12","held":true}
+"#;
+
+#[test]
+fn a_waiter_answered_lock_held_that_later_holds_the_lock_is_caught() {
+    let lin = check_linearizable(
+        &ops(TIMED_OUT_WAITER_GRANTED),
+        &LinearizableConfig::default(),
+    );
+    assert!(lin.failed(), "{lin:?}");
+}
