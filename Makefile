@@ -6,7 +6,7 @@
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/baton-target
 CARGO ?= cargo
 
-.PHONY: setup run build release test test-rust test-openapi openapi lint fmt clean-data chaos test-chaos
+.PHONY: setup run cluster build release test test-rust test-openapi openapi lint fmt clean-data chaos test-chaos
 
 setup:
 	@.ci/setup
@@ -19,6 +19,11 @@ build: setup
 
 run: build
 	$(CARGO_TARGET_DIR)/debug/baton serve
+
+# Three nodes on 127.0.0.1 (API 7878/7888/7898), data in a temporary directory;
+# Ctrl-C stops them and removes the data.
+cluster: build
+	$(CARGO_TARGET_DIR)/debug/baton dev cluster
 
 release: setup
 	$(CARGO) build --release --workspace

@@ -321,3 +321,42 @@ pub async fn call(
         Err(_) => (0, Value::Null),
     }
 }
+
+/// One server-sent event: (id, event name, data line).
+pub type Frame = (u64, String, String);
+
+/// Reads SSE frames from `response` until a non-bookmark event with id >= `until`.
+pub async fn sse_until(response: &mut reqwest::Response, until: u64) -> Vec<Frame> {
+    let mut buffer = Vec::new();
+    let mut seen = Vec::new();
+    loop {
+        let chunk = tokio::time::timeout(Duration::from_secs(30), response.chunk())
+            .await
+            .expect("the stream stalled")
+            .unwrap();
+        let Some(chunk) = chunk else { return seen };
+        buffer.extend_from_slice(&chunk);
+        while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
+            let frame: Vec<u8> = buffer.drain(..end + 2).collect();
+            let frame = String::from_utf8(frame).unwrap();
+            let (mut id, mut event, mut data) = (0, String::new(), String::new());
+            for line in frame.lines() {
+                if let Some(value) = line.strip_prefix("id: ") {
+                    id = value.parse().unwrap();
+                } else if let Some(value) = line.strip_prefix("event: ") {
+                    event = value.to_owned();
+                } else if let Some(value) = line.strip_prefix("data: ") {
+                    data = value.to_owned();
+                }
+            }
+            if event == "bookmark" {
+                continue;
+            }
+            let done = id >= until;
+            seen.push((id, event, data));
+            if done {
+                return seen;
+            }
+        }
+    }
+}
