@@ -23,7 +23,7 @@ run: build
 release: setup
 	$(CARGO) build --release --workspace
 
-test: setup test-rust test-openapi
+test: setup test-rust test-openapi test-loadtest
 
 test-rust:
 	$(CARGO) nextest run --workspace --no-fail-fast
@@ -51,3 +51,21 @@ fmt:
 
 clean-data:
 	rm -rf ./baton-data
+
+# Baton side by side with etcd (issue 6): installs etcd when missing, starts one etcd
+# and one Baton (fsync on, loopback, free ports, temporary data), runs the shared
+# scenarios against each in alternation and writes BENCHMARKS.md (raw reports and
+# charts in loadtest/results/). BENCH_ARGS adds options, e.g. BENCH_ARGS="--rounds 3".
+.PHONY: bench test-loadtest
+BENCH_ARGS ?=
+bench: build
+	@.ci/setup etcd
+	$(CARGO_TARGET_DIR)/debug/baton-loadtest bench --baton-bin $(CARGO_TARGET_DIR)/debug/baton \
+		--etcd-bin $$(command -v etcd) --out BENCHMARKS.md --results-dir loadtest/results $(BENCH_ARGS)
+
+# A few seconds of every load-test scenario against a fresh Baton and a fresh etcd:
+# checks the tool works end to end and its reports are well-formed (not a speed test).
+test-loadtest: build
+	@.ci/setup etcd
+	$(CARGO_TARGET_DIR)/debug/baton-loadtest smoke --baton-bin $(CARGO_TARGET_DIR)/debug/baton \
+		--etcd-bin $$(command -v etcd)
