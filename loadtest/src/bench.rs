@@ -43,10 +43,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 100_000)]
     pub keepalive_leases: usize,
     /// keepalive: lease TTL (kept alive every TTL/3); must exceed the time to grant them all.
-    #[arg(long, default_value_t = 60_000)]
+    #[arg(long, default_value_t = 90_000)]
     pub keepalive_ttl_ms: u64,
     /// keepalive: measured seconds (at least one TTL shows that nothing expires).
-    #[arg(long, default_value_t = 70.0)]
+    #[arg(long, default_value_t = 100.0)]
     pub keepalive_duration_s: f64,
     /// keepalive: clients sending the keepalives.
     #[arg(long, default_value_t = 128)]
@@ -130,7 +130,8 @@ async fn run_one(
     args.no_progress = false;
     let stem = format!("{}-{}-{tag}", scenario.name(), server.kind.name());
     args.report = Some(ctx.results_dir.join(format!("{stem}.json")));
-    args.chart = Some(ctx.results_dir.join(format!("{stem}.svg")));
+    // One chart per scenario with both targets (write_pair_chart), not one per run.
+    args.chart = None;
     tweak(&mut args);
     eprintln!(
         "bench: {} on {} ({tag}, {} clients, {duration_s} s)",

@@ -300,7 +300,7 @@ fn panel(
 }
 
 fn trim(p: f64) -> String {
-    let s = format!("{p:.4}");
+    let s = format!("{p:.6}");
     s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 

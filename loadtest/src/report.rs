@@ -93,7 +93,8 @@ pub fn validate(json: &Value, expect_no_errors: bool) -> Vec<String> {
     if operations == 0 {
         problems.push("operations == 0".into());
     }
-    if !(json["throughput_per_s"].as_f64().unwrap_or(0.0) > 0.0) {
+    // `is_some_and(> 0)` also rejects NaN and a missing field.
+    if !json["throughput_per_s"].as_f64().is_some_and(|t| t > 0.0) {
         problems.push("throughput_per_s is not > 0".into());
     }
     let errors = json["errors"].as_u64().unwrap_or(u64::MAX);
