@@ -208,6 +208,84 @@ impl Worker for WriterWorker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A one-route HTTP server: `GET /v1/watch` answers `body` as an event stream
+    /// (closed after a while), or 404 when `body` is `None`.
+    async fn fake_server(body: Option<&'static str>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if socket.read(&mut byte).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        head.push(byte[0]);
+                    }
+                    let Some(body) = body else {
+                        let _ = socket
+                            .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                            .await;
+                        return;
+                    };
+                    let _ = socket
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+                        .await;
+                    let _ = socket.write_all(body.as_bytes()).await;
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                });
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn fanout_joins_deliveries_with_logged_writes() {
+        let base = fake_server(Some(
+            "id: 1\nevent: lock.acquired\ndata: {}\n\nid: 2\nevent: lock.released\ndata: {}\n\n\
+             event: bookmark\nid: 2\ndata: {}\n\nid: 99\nevent: lock.acquired\ndata: {}\n\n",
+        ))
+        .await;
+        let baton = BatonClient::new(reqwest::Client::new(), &base);
+        let fanout = Fanout::connect(&baton, "p/", 2)
+            .await
+            .expect("watchers connect");
+        {
+            let sent = fanout.sent_log();
+            let mut sent = sent.lock().expect("not poisoned");
+            for revision in 1..=3 {
+                sent.insert(revision, Instant::now());
+            }
+        }
+        let mut extra = BTreeMap::new();
+        let recorder = fanout.finish(Duration::from_millis(100), &mut extra).await;
+        // Revisions 1 and 2 reach both watchers; the bookmark and revision 99 (not
+        // written by this run) do not count; revision 3 never arrives.
+        assert_eq!(recorder.operations(), 4);
+        assert_eq!(extra["deliveries"], json!(4));
+        assert_eq!(extra["events_written"], json!(3));
+        assert_eq!(extra["missed_deliveries"], json!(2));
+    }
+
+    #[tokio::test]
+    async fn a_server_without_watch_fails_clearly() {
+        let base = fake_server(None).await;
+        let baton = BatonClient::new(reqwest::Client::new(), &base);
+        let error = Fanout::connect(&baton, "p/", 1)
+            .await
+            .err()
+            .expect("404 is an error");
+        assert!(
+            format!("{error:#}").contains("no watch endpoint"),
+            "{error:#}"
+        );
+    }
 
     #[test]
     fn parses_events_across_chunks() {
