@@ -25,7 +25,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "etcd")]
     pub etcd_bin: PathBuf,
     /// Rounds of each shared scenario per target (alternating baton, etcd, ...); the median is reported.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 3)]
     pub rounds: usize,
     /// Measured seconds of each run.
     #[arg(long, default_value_t = 15.0)]
@@ -54,6 +54,9 @@ pub struct BenchArgs {
     /// watch-fanout watchers (Baton only; 0 skips it).
     #[arg(long, default_value_t = 64)]
     pub watchers: usize,
+    /// lock-cycle also at these client counts (one round each; empty skips the sweep).
+    #[arg(long, value_delimiter = ',', default_value = "16,256")]
+    pub sweep_clients: Vec<usize>,
     /// Where the servers keep their data (a temporary directory is made inside).
     #[arg(long)]
     pub data_root: Option<PathBuf>,
@@ -100,6 +103,8 @@ pub struct Results {
     pub args: BenchArgs,
     /// Per scenario.
     pub runs: Vec<Runs>,
+    /// lock-cycle at other client counts (one round per target each).
+    pub sweep: Vec<Runs>,
     /// Whether fsyncs were counted with perf.
     pub fsyncs_counted: bool,
     /// Synced-write latency measured again after the runs.
@@ -246,6 +251,39 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         write_pair_chart(&args.results_dir, &r)?;
         runs.push(r);
     }
+    let mut sweep = Vec::new();
+    for &clients in &args.sweep_clients {
+        let mut r = Runs {
+            scenario: Scenario::LockCycle,
+            clients,
+            baton: vec![],
+            etcd: vec![],
+            failure: None,
+        };
+        for server in [&baton, &etcd] {
+            let tag = format!("c{clients}");
+            match run_one(
+                &ctx,
+                Scenario::LockCycle,
+                server,
+                (clients, args.duration_s),
+                &tag,
+                |_| {},
+            )
+            .await
+            {
+                Ok(report) if server.kind == TargetKind::Baton => r.baton.push(report),
+                Ok(report) => r.etcd.push(report),
+                Err(e) => {
+                    r.failure = Some(format!(
+                        "lock-cycle with {clients} clients on {}: {e:#}",
+                        server.kind.name()
+                    ))
+                }
+            }
+        }
+        sweep.push(r);
+    }
     if args.keepalive_leases > 0 {
         let mut r = Runs {
             scenario: Scenario::Keepalive,
@@ -319,6 +357,7 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         versions,
         args: args.clone(),
         runs,
+        sweep,
         fsyncs_counted,
         fsync_end,
         loadavg_end: machine::loadavg(),

@@ -311,6 +311,46 @@ pub fn render(results: &Results) -> String {
         let _ = writeln!(out, "fsyncs were not counted: `perf stat` could not count syscall tracepoints on this machine.\n");
     }
 
+    // Client sweep.
+    if !results.sweep.is_empty() {
+        let _ = writeln!(out, "## lock-cycle by number of clients\n");
+        let _ = writeln!(out, "One round each (the {}-client row above is the median of {} rounds). More clients put more requests in each fsync: where throughput keeps growing with clients the server is bound by latency (fsync + request path), not by CPU.\n", a.lock_cycle_clients, a.rounds);
+        let _ = writeln!(out, "| clients | Baton ops/s | etcd ops/s | ratio | Baton p99 ms | etcd p99 ms | Baton fsyncs/s | Baton ops/fsync | etcd ops/fsync | Baton CPU (cores) | etcd CPU (cores) |");
+        let _ = writeln!(
+            out,
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        let mut rows: Vec<&Runs> = results.sweep.iter().collect();
+        rows.extend(
+            results
+                .runs
+                .iter()
+                .filter(|r| r.scenario == Scenario::LockCycle),
+        );
+        rows.sort_by_key(|r| r.clients);
+        for runs in rows {
+            let (Some(b), Some(e)) = (summarize(&runs.baton), summarize(&runs.etcd)) else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {:.0} | {:.0} | **{:.2}x** | {} | {} | {} | {} | {} | {} | {} |",
+                runs.clients,
+                b.throughput,
+                e.throughput,
+                b.throughput / e.throughput.max(1e-9),
+                ms(b.p99),
+                ms(e.p99),
+                opt(b.fsyncs_per_s, 0),
+                opt(b.ops_per_fsync(), 1),
+                opt(e.ops_per_fsync(), 1),
+                opt(b.server_cpu, 2),
+                opt(e.server_cpu, 2)
+            );
+        }
+        let _ = writeln!(out);
+    }
+
     // Keepalive detail.
     if let Some(runs) = results
         .runs
