@@ -28,7 +28,7 @@ cluster: build
 release: setup
 	$(CARGO) build --release --workspace
 
-test: setup test-rust test-openapi test-chaos
+test: setup test-rust test-openapi test-loadtest test-chaos
 
 test-rust:
 	$(CARGO) nextest run --workspace --no-fail-fast
@@ -83,3 +83,21 @@ test-chaos: build
 		--expect-violation=fenced-register --baton-bin $(BATON_BIN) --out chaos-out/control-skip-fencing-$(CHAOS_SEED)
 	$(CHAOS_BIN) run --nodes 3 --duration-s 30 --seed 5 --faults kill --unsafe-wipe-on-kill-all \
 		--expect-violation=tokens-unique,realtime-order --baton-bin $(BATON_BIN) --out chaos-out/control-lost-writes
+
+# Baton side by side with etcd (issue 6): installs etcd when missing, starts one etcd
+# and one Baton (fsync on, loopback, free ports, temporary data), runs the shared
+# scenarios against each in alternation and writes BENCHMARKS.md (raw reports and
+# charts in loadtest/results/). BENCH_ARGS adds options, e.g. BENCH_ARGS="--rounds 3".
+.PHONY: bench test-loadtest
+BENCH_ARGS ?=
+bench: build
+	@.ci/setup etcd
+	$(CARGO_TARGET_DIR)/debug/baton-loadtest bench --baton-bin $(CARGO_TARGET_DIR)/debug/baton \
+		--etcd-bin $$(command -v etcd) --out BENCHMARKS.md --results-dir loadtest/results $(BENCH_ARGS)
+
+# A few seconds of every load-test scenario against a fresh Baton and a fresh etcd:
+# checks the tool works end to end and its reports are well-formed (not a speed test).
+test-loadtest: build
+	@.ci/setup etcd
+	$(CARGO_TARGET_DIR)/debug/baton-loadtest smoke --baton-bin $(CARGO_TARGET_DIR)/debug/baton \
+		--etcd-bin $$(command -v etcd) --require-watch

@@ -1,0 +1,392 @@
+//! `baton-loadtest bench`: one etcd and one Baton side by side, the shared scenarios
+//! run against each in alternation, and BENCHMARKS.md written from the medians.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::machine::{self, Machine};
+use crate::markdown;
+use crate::probe::FsyncProbe;
+use crate::process::Server;
+use crate::report::Report;
+use crate::scenario::{self, RunArgs, Scenario};
+use crate::target::TargetKind;
+
+/// `bench` options.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// The Baton server binary.
+    #[arg(long)]
+    pub baton_bin: PathBuf,
+    /// The etcd binary (3.4, with the HTTP/JSON gateway).
+    #[arg(long, default_value = "etcd")]
+    pub etcd_bin: PathBuf,
+    /// Rounds of each shared scenario per target (alternating baton, etcd, ...); the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Measured seconds of each run.
+    #[arg(long, default_value_t = 15.0)]
+    pub duration_s: f64,
+    /// lock-cycle clients.
+    #[arg(long, default_value_t = 64)]
+    pub lock_cycle_clients: usize,
+    /// lock-contended clients.
+    #[arg(long, default_value_t = 32)]
+    pub lock_contended_clients: usize,
+    /// names and election-churn clients.
+    #[arg(long, default_value_t = 32)]
+    pub other_clients: usize,
+    /// keepalive: live leases (0 skips the scenario).
+    #[arg(long, default_value_t = 100_000)]
+    pub keepalive_leases: usize,
+    /// keepalive: lease TTL (kept alive every TTL/3); must exceed the time to grant them all.
+    #[arg(long, default_value_t = 90_000)]
+    pub keepalive_ttl_ms: u64,
+    /// keepalive: measured seconds (at least one TTL shows that nothing expires).
+    #[arg(long, default_value_t = 100.0)]
+    pub keepalive_duration_s: f64,
+    /// keepalive: clients sending the keepalives.
+    #[arg(long, default_value_t = 128)]
+    pub keepalive_clients: usize,
+    /// watch-fanout watchers (Baton only; 0 skips it).
+    #[arg(long, default_value_t = 64)]
+    pub watchers: usize,
+    /// lock-cycle also at these client counts (one round each; empty skips the sweep).
+    #[arg(long, value_delimiter = ',', default_value = "16,256")]
+    pub sweep_clients: Vec<usize>,
+    /// Where the servers keep their data (a temporary directory is made inside).
+    #[arg(long)]
+    pub data_root: Option<PathBuf>,
+    /// Where JSON reports and SVG charts go.
+    #[arg(long, default_value = "loadtest/results")]
+    pub results_dir: PathBuf,
+    /// The Markdown file to write.
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    pub out: PathBuf,
+    /// How the Baton binary was built (written into BENCHMARKS.md).
+    #[arg(
+        long,
+        default_value = "dev profile as built by `make build` (dependencies at opt-level 2, Baton's own code at opt-level 1), not `make release`"
+    )]
+    pub baton_build: String,
+}
+
+/// A shared scenario's runs on one target.
+#[derive(Debug, Clone)]
+pub struct Runs {
+    /// Scenario.
+    pub scenario: Scenario,
+    /// Clients.
+    pub clients: usize,
+    /// Baton's reports, one per round.
+    pub baton: Vec<Report>,
+    /// etcd's reports, one per round (empty for Baton-only scenarios).
+    pub etcd: Vec<Report>,
+    /// Why a run could not happen, if one failed.
+    pub failure: Option<String>,
+}
+
+/// Everything BENCHMARKS.md is written from.
+pub struct Results {
+    /// The command line.
+    pub command: String,
+    /// UTC date and time.
+    pub date: String,
+    /// The machine.
+    pub machine: Machine,
+    /// Versions of the binaries.
+    pub versions: Vec<(String, String)>,
+    /// The options.
+    pub args: BenchArgs,
+    /// Per scenario.
+    pub runs: Vec<Runs>,
+    /// lock-cycle at other client counts (one round per target each).
+    pub sweep: Vec<Runs>,
+    /// Whether fsyncs were counted with perf.
+    pub fsyncs_counted: bool,
+    /// Synced-write latency measured again after the runs.
+    pub fsync_end: machine::FsyncLatency,
+    /// Load average after the runs.
+    pub loadavg_end: String,
+}
+
+/// What every run of a bench shares.
+struct Ctx<'a> {
+    count_fsyncs: bool,
+    results_dir: &'a Path,
+}
+
+async fn run_one(
+    ctx: &Ctx<'_>,
+    scenario: Scenario,
+    server: &Server,
+    (clients, duration_s): (usize, f64),
+    tag: &str,
+    tweak: impl FnOnce(&mut RunArgs),
+) -> anyhow::Result<Report> {
+    let mut args = RunArgs::new(scenario, server.kind, &server.url);
+    args.clients = clients;
+    args.duration_s = Some(duration_s);
+    args.server_pid = Some(server.pid());
+    args.count_fsyncs = ctx.count_fsyncs;
+    args.no_progress = false;
+    let stem = format!("{}-{}-{tag}", scenario.name(), server.kind.name());
+    args.report = Some(ctx.results_dir.join(format!("{stem}.json")));
+    // One chart per scenario with both targets (write_pair_chart), not one per run.
+    args.chart = None;
+    tweak(&mut args);
+    eprintln!(
+        "bench: {} on {} ({tag}, {} clients, {duration_s} s)",
+        scenario.name(),
+        server.kind.name(),
+        args.clients
+    );
+    let report = scenario::run(&args).await?;
+    eprintln!(
+        "bench:   {:.0} ops/s, p99 {} µs, errors {}, server CPU {:.2} cores, fsyncs {:?}",
+        report.throughput_per_s,
+        report.latency_us.p99,
+        report.errors,
+        report.server_cpu_cores.unwrap_or(f64::NAN),
+        report.server_fsyncs
+    );
+    Ok(report)
+}
+
+/// Runs the whole benchmark and writes BENCHMARKS.md.
+pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let root = args.data_root.clone().unwrap_or_else(std::env::temp_dir);
+    let dir = tempfile::Builder::new()
+        .prefix("baton-bench-")
+        .tempdir_in(&root)?;
+    std::fs::create_dir_all(&args.results_dir)?;
+    let machine = machine::describe(dir.path(), 500);
+    eprintln!(
+        "bench: fsync p50 {} µs, mean {:.0} µs in {}",
+        machine.fsync.p50_us,
+        machine.fsync.mean_us,
+        dir.path().display()
+    );
+    let fsyncs_counted = FsyncProbe::available();
+    if !fsyncs_counted {
+        eprintln!("bench: perf cannot count syscall tracepoints here: no fsync counts");
+    }
+    let mut etcd = Server::etcd(&args.etcd_bin, dir.path())?;
+    let mut baton = Server::baton(&args.baton_bin, dir.path())?;
+    etcd.wait_ready(Duration::from_secs(30))
+        .await
+        .context("etcd")?;
+    baton
+        .wait_ready(Duration::from_secs(60))
+        .await
+        .context("baton")?;
+    let versions = vec![
+        (
+            "baton".to_owned(),
+            Server::version(TargetKind::Baton, &args.baton_bin),
+        ),
+        (
+            "etcd".to_owned(),
+            Server::version(TargetKind::Etcd, &args.etcd_bin),
+        ),
+        (
+            "baton-loadtest".to_owned(),
+            env!("CARGO_PKG_VERSION").to_owned(),
+        ),
+    ];
+
+    let ctx = Ctx {
+        count_fsyncs: fsyncs_counted,
+        results_dir: &args.results_dir,
+    };
+    let shared = [
+        (Scenario::LockCycle, args.lock_cycle_clients),
+        (Scenario::LockContended, args.lock_contended_clients),
+        (Scenario::Names, args.other_clients),
+        (Scenario::ElectionChurn, args.other_clients),
+    ];
+    let mut runs = Vec::new();
+    for (scenario, clients) in shared {
+        let mut r = Runs {
+            scenario,
+            clients,
+            baton: vec![],
+            etcd: vec![],
+            failure: None,
+        };
+        for round in 0..args.rounds.max(1) {
+            for server in [&baton, &etcd] {
+                let tag = format!("r{}", round + 1);
+                match run_one(
+                    &ctx,
+                    scenario,
+                    server,
+                    (clients, args.duration_s),
+                    &tag,
+                    |_| {},
+                )
+                .await
+                {
+                    Ok(report) if server.kind == TargetKind::Baton => r.baton.push(report),
+                    Ok(report) => r.etcd.push(report),
+                    Err(e) => {
+                        eprintln!(
+                            "bench: {} on {} failed: {e:#}",
+                            scenario.name(),
+                            server.kind.name()
+                        );
+                        r.failure = Some(format!(
+                            "{} on {}: {e:#}",
+                            scenario.name(),
+                            server.kind.name()
+                        ));
+                    }
+                }
+            }
+        }
+        write_pair_chart(&args.results_dir, &r)?;
+        runs.push(r);
+    }
+    let mut sweep = Vec::new();
+    for &clients in &args.sweep_clients {
+        let mut r = Runs {
+            scenario: Scenario::LockCycle,
+            clients,
+            baton: vec![],
+            etcd: vec![],
+            failure: None,
+        };
+        for server in [&baton, &etcd] {
+            let tag = format!("c{clients}");
+            match run_one(
+                &ctx,
+                Scenario::LockCycle,
+                server,
+                (clients, args.duration_s),
+                &tag,
+                |_| {},
+            )
+            .await
+            {
+                Ok(report) if server.kind == TargetKind::Baton => r.baton.push(report),
+                Ok(report) => r.etcd.push(report),
+                Err(e) => {
+                    r.failure = Some(format!(
+                        "lock-cycle with {clients} clients on {}: {e:#}",
+                        server.kind.name()
+                    ))
+                }
+            }
+        }
+        sweep.push(r);
+    }
+    if args.keepalive_leases > 0 {
+        let mut r = Runs {
+            scenario: Scenario::Keepalive,
+            clients: args.keepalive_clients,
+            baton: vec![],
+            etcd: vec![],
+            failure: None,
+        };
+        for server in [&baton, &etcd] {
+            let result = run_one(
+                &ctx,
+                Scenario::Keepalive,
+                server,
+                (args.keepalive_clients, args.keepalive_duration_s),
+                "r1",
+                |a| {
+                    a.leases = args.keepalive_leases;
+                    a.ttl_ms = args.keepalive_ttl_ms;
+                },
+            )
+            .await;
+            match result {
+                Ok(report) if server.kind == TargetKind::Baton => r.baton.push(report),
+                Ok(report) => r.etcd.push(report),
+                Err(e) => r.failure = Some(format!("keepalive on {}: {e:#}", server.kind.name())),
+            }
+        }
+        write_pair_chart(&args.results_dir, &r)?;
+        runs.push(r);
+    }
+    if args.watchers > 0 {
+        let mut r = Runs {
+            scenario: Scenario::WatchFanout,
+            clients: 4,
+            baton: vec![],
+            etcd: vec![],
+            failure: None,
+        };
+        let result = run_one(
+            &ctx,
+            Scenario::WatchFanout,
+            &baton,
+            (4, args.duration_s),
+            "r1",
+            |a| {
+                a.watchers = args.watchers;
+            },
+        )
+        .await;
+        match result {
+            Ok(report) => r.baton.push(report),
+            Err(e) => r.failure = Some(format!("{e:#}")),
+        }
+        runs.push(r);
+    }
+    drop(baton);
+    drop(etcd);
+    let fsync_end = machine::fsync_latency(dir.path(), 500).unwrap_or_default();
+
+    let results = Results {
+        command,
+        date: String::from_utf8_lossy(
+            &std::process::Command::new("date")
+                .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+                .output()?
+                .stdout,
+        )
+        .trim()
+        .to_owned(),
+        machine,
+        versions,
+        args: args.clone(),
+        runs,
+        sweep,
+        fsyncs_counted,
+        fsync_end,
+        loadavg_end: machine::loadavg(),
+    };
+    std::fs::write(&args.out, markdown::render(&results))
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    eprintln!("bench: wrote {}", args.out.display());
+    Ok(())
+}
+
+/// One chart with Baton and etcd (last round of each) on the same axes.
+fn write_pair_chart(dir: &Path, runs: &Runs) -> anyhow::Result<()> {
+    let reports: Vec<&Report> = runs
+        .baton
+        .last()
+        .into_iter()
+        .chain(runs.etcd.last())
+        .collect();
+    if reports.is_empty() {
+        return Ok(());
+    }
+    let title = format!(
+        "{}, {} clients: Baton vs etcd",
+        runs.scenario.name(),
+        runs.clients
+    );
+    std::fs::write(
+        dir.join(format!("{}.svg", runs.scenario.name())),
+        crate::chart::svg(&title, &reports),
+    )?;
+    Ok(())
+}

@@ -1,0 +1,171 @@
+//! `baton-loadtest smoke`: a short run of every scenario against a fresh Baton and a
+//! fresh etcd, checking that each report is well-formed (not a speed assertion).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+
+use crate::process::Server;
+use crate::report;
+use crate::scenario::{self, RunArgs, Scenario};
+
+/// `smoke` options.
+#[derive(Debug, Clone, Args)]
+pub struct SmokeArgs {
+    /// The Baton server binary.
+    #[arg(long)]
+    pub baton_bin: PathBuf,
+    /// The etcd binary.
+    #[arg(long, default_value = "etcd")]
+    pub etcd_bin: PathBuf,
+    /// Seconds per run.
+    #[arg(long, default_value_t = 2.0)]
+    pub duration_s: f64,
+    /// Fail (rather than skip) watch-fanout when the server has no watch endpoint.
+    #[arg(long)]
+    pub require_watch: bool,
+}
+
+/// One check of the smoke run.
+struct Case {
+    scenario: Scenario,
+    clients: usize,
+    rate: Option<f64>,
+}
+
+/// Runs the smoke test; fails when any report is malformed.
+pub async fn smoke(args: SmokeArgs) -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new()
+        .prefix("baton-loadtest-smoke-")
+        .tempdir()?;
+    let mut baton = Server::baton(&args.baton_bin, dir.path())?;
+    let mut etcd = Server::etcd(&args.etcd_bin, dir.path())?;
+    baton
+        .wait_ready(Duration::from_secs(60))
+        .await
+        .context("baton")?;
+    etcd.wait_ready(Duration::from_secs(30))
+        .await
+        .context("etcd")?;
+    let cases = [
+        Case {
+            scenario: Scenario::LockCycle,
+            clients: 4,
+            rate: None,
+        },
+        Case {
+            scenario: Scenario::LockCycle,
+            clients: 4,
+            rate: Some(100.0),
+        },
+        Case {
+            scenario: Scenario::LockContended,
+            clients: 4,
+            rate: None,
+        },
+        Case {
+            scenario: Scenario::Names,
+            clients: 4,
+            rate: None,
+        },
+        Case {
+            scenario: Scenario::ElectionChurn,
+            clients: 4,
+            rate: None,
+        },
+        Case {
+            scenario: Scenario::Keepalive,
+            clients: 8,
+            rate: None,
+        },
+        Case {
+            scenario: Scenario::WatchFanout,
+            clients: 2,
+            rate: None,
+        },
+    ];
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    for server in [&baton, &etcd] {
+        for case in &cases {
+            if !case.scenario.supports(server.kind) {
+                continue;
+            }
+            let mode = if case.rate.is_some() || case.scenario == Scenario::Keepalive {
+                "open"
+            } else {
+                "closed"
+            };
+            let label = format!("{} {} {mode}", server.kind.name(), case.scenario.name());
+            let mut run = RunArgs::new(case.scenario, server.kind, &server.url);
+            run.clients = case.clients;
+            run.rate = case.rate;
+            run.duration_s = Some(args.duration_s);
+            run.leases = 200;
+            run.ttl_ms = 6_000;
+            run.watchers = 4;
+            run.server_pid = Some(server.pid());
+            run.no_progress = true;
+            let stem = format!("{}-{}-{mode}", server.kind.name(), case.scenario.name());
+            let report_path = dir.path().join(format!("{stem}.json"));
+            let chart_path = dir.path().join(format!("{stem}.svg"));
+            run.report = Some(report_path.clone());
+            run.chart = Some(chart_path.clone());
+            match scenario::run(&run).await {
+                Err(e)
+                    if case.scenario == Scenario::WatchFanout
+                        && !args.require_watch
+                        && format!("{e:#}").contains("404") =>
+                {
+                    skipped += 1;
+                    println!("SKIP {label}: {e:#}");
+                    continue;
+                }
+                Err(e) => {
+                    failed += 1;
+                    println!("FAIL {label}: {e:#}");
+                    continue;
+                }
+                Ok(_) => {}
+            }
+            let mut problems = Vec::new();
+            match std::fs::read_to_string(&report_path)
+                .map(|t| serde_json::from_str::<serde_json::Value>(&t))
+            {
+                Ok(Ok(json)) => {
+                    problems.extend(report::validate(&json, case.scenario.expects_no_errors()));
+                    if json["server_cpu_cores"].as_f64().is_none() {
+                        problems.push("no server_cpu_cores although --server-pid was given".into());
+                    }
+                    if case.scenario == Scenario::Keepalive
+                        && json["extra"]["expired_while_kept_alive"] != 0
+                    {
+                        problems.push(format!(
+                            "expired_while_kept_alive = {}",
+                            json["extra"]["expired_while_kept_alive"]
+                        ));
+                    }
+                }
+                Ok(Err(e)) => problems.push(format!("report is not JSON: {e}")),
+                Err(e) => problems.push(format!("no report: {e}")),
+            }
+            let chart = std::fs::read_to_string(&chart_path).unwrap_or_default();
+            if !chart.starts_with("<svg") || !chart.trim_end().ends_with("</svg>") {
+                problems.push("chart is not an SVG document".into());
+            }
+            if problems.is_empty() {
+                passed += 1;
+                println!("PASS {label}");
+            } else {
+                failed += 1;
+                println!("FAIL {label}: {}", problems.join("; "));
+            }
+        }
+    }
+    println!("loadtest: {passed} passed, {failed} failed, {skipped} skipped");
+    if failed > 0 {
+        bail!("{failed} smoke checks failed");
+    }
+    Ok(())
+}
