@@ -69,7 +69,7 @@ impl NodeConfig {
             max_in_flight: 2,
             lease_tick: Duration::from_millis(100),
             heartbeat: Duration::from_millis(100),
-            election_timeout: Duration::from_millis(1000),
+            election_timeout: Duration::from_millis(500),
             snapshot_every: 20_000,
             cluster_secret: None,
             peers: BTreeMap::new(),

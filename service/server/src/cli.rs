@@ -92,8 +92,10 @@ pub struct ServeArgs {
     /// Raft heartbeat interval.
     #[arg(long, env = "BATON_HEARTBEAT_MS", default_value_t = 100)]
     pub heartbeat_ms: u64,
-    /// Raft election timeout, lower bound (the upper bound is twice it).
-    #[arg(long, env = "BATON_ELECTION_TIMEOUT_MS", default_value_t = 1_000)]
+    /// Raft election timeout, lower bound (the upper bound is twice it). A follower
+    /// calls an election after hearing nothing from the leader for the leader lease
+    /// (twice this) plus a random 1-2 times this: 1.5-2 s with the default.
+    #[arg(long, env = "BATON_ELECTION_TIMEOUT_MS", default_value_t = 500)]
     pub election_timeout_ms: u64,
     /// How long a write may wait for its commit before answering 503 (outcome
     /// unknown: retry with the same Idempotency-Key).

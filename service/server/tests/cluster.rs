@@ -658,10 +658,10 @@ async fn proxy_mode_forwards_everything_and_survives_a_leader_change() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "measurement; run explicitly"]
 async fn failover_timing() {
-    // Production timing: 100 ms heartbeats, 1-2 s election timeout.
+    // Production timing: the defaults (100 ms heartbeats, 500 ms election timeout).
     let mut cluster = Cluster::start(
         3,
-        &["--heartbeat-ms", "100", "--election-timeout-ms", "1000"],
+        &["--heartbeat-ms", "100", "--election-timeout-ms", "500"],
     )
     .await;
     let mut samples = Vec::new();
