@@ -17,8 +17,12 @@ use tokio::time::Instant;
 struct Deadline {
     at: Instant,
     ttl: Duration,
-    /// An expiry was proposed and not yet applied: do not propose it again.
+    /// The expiry was decided (proposed, not yet applied): keepalives are refused
+    /// from then on, even if the proposal fails, because a failed proposal may
+    /// still commit (its outcome can be unknown).
     expiring: bool,
+    /// After a failed expiry proposal: when to propose it again.
+    retry_at: Option<Instant>,
 }
 
 /// Lease id -> deadline.
@@ -50,6 +54,7 @@ impl LeaseClock {
                             at: now + ttl,
                             ttl,
                             expiring: false,
+                            retry_at: None,
                         },
                     );
                 }
@@ -77,6 +82,7 @@ impl LeaseClock {
                     at: now + ttl,
                     ttl,
                     expiring: false,
+                    retry_at: None,
                 },
             );
         }
@@ -102,24 +108,33 @@ impl LeaseClock {
         Some(deadline.at.saturating_duration_since(Instant::now()))
     }
 
-    /// Leases past their deadline not yet being expired; marks them as being expired.
+    /// Leases past their deadline whose expiry is not in flight (new ones, and
+    /// failed proposals due for another try); marks them as being expired.
     pub fn take_expired(&self) -> Vec<LeaseId> {
         let now = Instant::now();
         let mut deadlines = self.lock();
         let mut expired = Vec::new();
         for (lease_id, deadline) in deadlines.iter_mut() {
-            if !deadline.expiring && deadline.at <= now {
+            let due = if deadline.expiring {
+                deadline.retry_at.is_some_and(|at| at <= now)
+            } else {
+                deadline.at <= now
+            };
+            if due {
                 deadline.expiring = true;
+                deadline.retry_at = None;
                 expired.push(*lease_id);
             }
         }
         expired
     }
 
-    /// An expiry proposal failed (e.g. lost leadership): allow it to be proposed again.
+    /// An expiry proposal failed: propose it again in a second. The lease stays
+    /// refused to keepalives (the failed proposal may still commit); a new leader
+    /// starts over with full TTLs anyway.
     pub fn expiry_failed(&self, lease_id: LeaseId) {
         if let Some(deadline) = self.lock().get_mut(&lease_id) {
-            deadline.expiring = false;
+            deadline.retry_at = Some(Instant::now() + Duration::from_secs(1));
         }
     }
 
@@ -230,13 +245,12 @@ mod tests {
             None,
             "its expiry is in flight"
         );
-        // If the expiry proposal fails (leadership lost), the lease is live again
-        // and may be kept alive and expired later.
+        // A failed proposal may still commit: the lease stays refused, and its
+        // expiry is proposed again a second later.
         clock.expiry_failed(LeaseId(1));
-        assert_eq!(
-            clock.keep_alive(LeaseId(1)),
-            Some(Duration::from_millis(1_000))
-        );
+        assert_eq!(clock.keep_alive(LeaseId(1)), None);
         assert!(clock.take_expired().is_empty());
+        tokio::time::advance(Duration::from_millis(1_001)).await;
+        assert_eq!(clock.take_expired(), vec![LeaseId(1)]);
     }
 }

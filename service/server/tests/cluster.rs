@@ -114,20 +114,7 @@ async fn three_nodes_form_and_every_node_serves_every_request() {
         )
         .await;
     assert_eq!(status, 200);
-    let waiter = {
-        let client = cluster.client.clone();
-        let base = cluster.node(follower).api.clone();
-        tokio::spawn(async move {
-            call(
-                &client,
-                &base,
-                reqwest::Method::POST,
-                "/v1/locks/handoff:acquire",
-                Some(json!({"ttl_ms": 10_000, "wait_ms": 20_000})),
-            )
-            .await
-        })
-    };
+    let waiter = cluster.spawn_post(follower, "/v1/locks/handoff:acquire", json!({"ttl_ms": 10_000, "wait_ms": 20_000}));
     let queued = eventually(100, || async {
         let (_, body) = cluster.get(other, "/v1/locks/handoff").await;
         (body["waiters"].as_u64() == Some(1)).then_some(())
@@ -526,20 +513,7 @@ async fn a_wait_that_times_out_during_a_leader_change_really_leaves_the_queue() 
         )
         .await;
     assert_eq!(status, 200);
-    let waiter = {
-        let client = cluster.client.clone();
-        let base = cluster.node(follower).api.clone();
-        tokio::spawn(async move {
-            call(
-                &client,
-                &base,
-                reqwest::Method::POST,
-                "/v1/locks/contested:acquire",
-                Some(json!({"ttl_ms": 60_000, "wait_ms": 1_500})),
-            )
-            .await
-        })
-    };
+    let waiter = cluster.spawn_post(follower, "/v1/locks/contested:acquire", json!({"ttl_ms": 60_000, "wait_ms": 1_500}));
     // The leader stops just before the wait times out: the cancel meets a
     // leader that cannot answer, then a new one.
     tokio::time::sleep(Duration::from_millis(1_300)).await;

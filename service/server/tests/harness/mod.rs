@@ -270,6 +270,21 @@ impl Cluster {
         self.call(id, reqwest::Method::POST, path, Some(body)).await
     }
 
+    /// `POST path` on node `id` in its own task (for requests that wait).
+    pub fn spawn_post(
+        &self,
+        id: u64,
+        path: &str,
+        body: Value,
+    ) -> tokio::task::JoinHandle<(u16, Value)> {
+        let client = self.client.clone();
+        let base = self.node(id).api.clone();
+        let path = path.to_owned();
+        tokio::spawn(async move {
+            call(&client, &base, reqwest::Method::POST, &path, Some(body)).await
+        })
+    }
+
     /// `GET path` on node `id`.
     pub async fn get(&self, id: u64, path: &str) -> (u16, Value) {
         self.call(id, reqwest::Method::GET, path, None).await
