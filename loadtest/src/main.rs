@@ -4,6 +4,8 @@
 //!   (`--rate`), with a JSON report and an SVG chart.
 //! - `bench`: starts one etcd and one Baton, runs the shared scenarios against each
 //!   in alternation and writes BENCHMARKS.md (`make bench`).
+//! - `memory`: server RSS per held lock (1,000,000 by default) and the restart time
+//!   of that state after `kill -9`.
 //! - `smoke`: a few seconds of every scenario against both, checking the reports are
 //!   well-formed (`make test-loadtest`).
 
@@ -15,6 +17,7 @@ mod error;
 mod etcd;
 mod machine;
 mod markdown;
+mod memory;
 mod probe;
 mod process;
 mod recorder;
@@ -40,6 +43,8 @@ enum Command {
     Run(scenario::RunArgs),
     /// Benchmark Baton against etcd and write BENCHMARKS.md.
     Bench(bench::BenchArgs),
+    /// RSS per held lock and the time to restart with them (kill -9, then ready).
+    Memory(memory::MemoryArgs),
     /// Short end-to-end check of every scenario against both targets.
     Smoke(smoke::SmokeArgs),
     /// Describe this machine and time synced 4 KiB appends in a directory.
@@ -58,6 +63,7 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Run(args) => scenario::run(&args).await.map(drop),
         Command::Bench(args) => bench::bench(args).await,
+        Command::Memory(args) => memory::memory(args).await,
         Command::Smoke(args) => smoke::smoke(args).await,
         Command::Machine { dir, samples } => {
             let machine = machine::describe(&dir, samples);
