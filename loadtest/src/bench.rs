@@ -114,12 +114,12 @@ pub struct Results {
 }
 
 /// What every run of a bench shares.
-struct Ctx<'a> {
-    count_fsyncs: bool,
-    results_dir: &'a Path,
+pub(crate) struct Ctx<'a> {
+    pub(crate) count_fsyncs: bool,
+    pub(crate) results_dir: &'a Path,
 }
 
-async fn run_one(
+pub(crate) async fn run_one(
     ctx: &Ctx<'_>,
     scenario: Scenario,
     server: &Server,
@@ -369,8 +369,7 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     for section in crate::memory::marked_sections(&previous) {
         text = format!("{}\n\n{section}\n", text.trim_end());
     }
-    std::fs::write(&args.out, text)
-        .with_context(|| format!("writing {}", args.out.display()))?;
+    std::fs::write(&args.out, text).with_context(|| format!("writing {}", args.out.display()))?;
     eprintln!("bench: wrote {}", args.out.display());
     Ok(())
 }

@@ -240,8 +240,7 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<MemoryReport> {
         clients: args.clients,
         rss_before_bytes: rss_before,
         rss_after_bytes: rss_after,
-        rss_per_lock_bytes: rss_after.saturating_sub(rss_before) as f64
-            / args.locks.max(1) as f64,
+        rss_per_lock_bytes: rss_after.saturating_sub(rss_before) as f64 / args.locks.max(1) as f64,
         acquire_s,
         acquires_per_s: args.locks as f64 / acquire_s.max(1e-9),
         data_dir_bytes,
@@ -369,7 +368,10 @@ Command:\n\n```\n{command}\n```\n\n\
 /// `old` with the section between `<!-- name:begin -->` and `<!-- name:end -->`
 /// replaced by `body` (appended at the end when there is none yet).
 pub fn upsert_section(old: &str, name: &str, body: &str) -> String {
-    let (begin, end) = (format!("<!-- {name}:begin -->"), format!("<!-- {name}:end -->"));
+    let (begin, end) = (
+        format!("<!-- {name}:begin -->"),
+        format!("<!-- {name}:end -->"),
+    );
     let block = format!("{begin}\n{}\n{end}\n", body.trim_end());
     match (old.find(&begin), old.find(&end)) {
         (Some(b), Some(e)) if e > b => {

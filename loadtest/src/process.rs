@@ -30,7 +30,13 @@ impl Server {
     /// Starts `baton serve` from `bin` with its data under `dir`.
     pub fn baton(bin: &Path, dir: &Path) -> anyhow::Result<Self> {
         let port = free_port()?;
-        Self::baton_with(bin, &dir.join("baton-data"), &dir.join("baton.log"), port, &[])
+        Self::baton_with(
+            bin,
+            &dir.join("baton-data"),
+            &dir.join("baton.log"),
+            port,
+            &[],
+        )
     }
 
     /// Starts `baton serve` from `bin` listening on `port`, its data in `data`, its
