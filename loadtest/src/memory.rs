@@ -344,7 +344,12 @@ Command:\n\n```\n{command}\n```\n\n\
 | data dir before the kill | {disk:.1} MiB ({disk_per:.0} B per lock) | | |\n\
 | restart: spawn to `/readyz` 200 | {ready:.2} s | | |\n\
 | **restart: spawn to `baton_locks_held` = {locks}** | **{back:.2} s** | < 10 s | {v2} |\n\
-| RSS after the restart | {rss_re:.1} MiB | | |\n",
+| RSS after the restart | {rss_re:.1} MiB | | |\n\n\
+RSS per held lock is (RSS with the locks held - RSS before) / locks, so it includes \
+what the server keeps around while writing them (allocator slack, Raft log and snapshot \
+buffers): the same state rebuilt by a restart takes less (last row). The restart time \
+counts from spawning the process (the kill is not in it) to the gauge showing every \
+lock, so it includes loading the last snapshot and replaying the log after it.\n",
         leases = r.leases,
         ttl = r.ttl_ms / 1000,
         per_lease = r.locks_per_lease,
