@@ -381,7 +381,8 @@ pub fn upsert_section(old: &str, name: &str, body: &str) -> String {
     match (old.find(&begin), old.find(&end)) {
         (Some(b), Some(e)) if e > b => {
             let after = old[e + end.len()..].trim_start_matches('\n');
-            format!("{}{block}{after}", &old[..b])
+            let gap = if after.is_empty() { "" } else { "\n" };
+            format!("{}{block}{gap}{after}", &old[..b])
         }
         _ if old.is_empty() => block,
         _ => format!("{}\n\n{block}", old.trim_end()),
@@ -429,6 +430,8 @@ mod tests {
         let doc2 = upsert_section(&doc, "memory", "## M\n\ntwo");
         assert!(doc2.contains("two") && !doc2.contains("one"));
         assert_eq!(doc2.matches("memory:begin").count(), 1);
+        let both = upsert_section(&upsert_section(&doc2, "cluster", "## C"), "memory", "## M2");
+        assert!(both.contains("<!-- memory:end -->\n\n<!-- cluster:begin -->"));
         let doc3 = upsert_section(&doc2, "cluster", "## C");
         assert_eq!(marked_sections(&doc3).len(), 2);
         assert!(marked_sections(&doc3)[1].contains("## C"));
