@@ -88,11 +88,24 @@ test-chaos: build
 # and one Baton (fsync on, loopback, free ports, temporary data), runs the shared
 # scenarios against each in alternation and writes BENCHMARKS.md (raw reports and
 # charts in loadtest/results/). BENCH_ARGS adds options, e.g. BENCH_ARGS="--rounds 3".
-.PHONY: bench test-loadtest
+.PHONY: bench bench-memory bench-cluster test-loadtest
 BENCH_ARGS ?=
 bench: build
 	@.ci/setup etcd
 	$(CARGO_TARGET_DIR)/debug/baton-loadtest bench --baton-bin $(CARGO_TARGET_DIR)/debug/baton \
+		--etcd-bin $$(command -v etcd) --out BENCHMARKS.md --results-dir loadtest/results $(BENCH_ARGS)
+
+# RSS per held lock (1,000,000 held) and the restart time after kill -9: the
+# "Memory and restart" section of BENCHMARKS.md (bench keeps it when it reruns).
+bench-memory: build
+	$(CARGO_TARGET_DIR)/debug/baton-loadtest memory --baton-bin $(CARGO_TARGET_DIR)/debug/baton \
+		--markdown BENCHMARKS.md --report loadtest/results/memory.json $(BENCH_ARGS)
+
+# 3-member etcd vs 3-node Baton (lock-cycle, lock-contended against each leader): the
+# "3-node" section of BENCHMARKS.md.
+bench-cluster: build
+	@.ci/setup etcd
+	$(CARGO_TARGET_DIR)/debug/baton-loadtest cluster --baton-bin $(CARGO_TARGET_DIR)/debug/baton \
 		--etcd-bin $$(command -v etcd) --out BENCHMARKS.md --results-dir loadtest/results $(BENCH_ARGS)
 
 # A few seconds of every load-test scenario against a fresh Baton and a fresh etcd:

@@ -114,12 +114,12 @@ pub struct Results {
 }
 
 /// What every run of a bench shares.
-struct Ctx<'a> {
-    count_fsyncs: bool,
-    results_dir: &'a Path,
+pub(crate) struct Ctx<'a> {
+    pub(crate) count_fsyncs: bool,
+    pub(crate) results_dir: &'a Path,
 }
 
-async fn run_one(
+pub(crate) async fn run_one(
     ctx: &Ctx<'_>,
     scenario: Scenario,
     server: &Server,
@@ -362,8 +362,14 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         fsync_end,
         loadavg_end: machine::loadavg(),
     };
-    std::fs::write(&args.out, markdown::render(&results))
-        .with_context(|| format!("writing {}", args.out.display()))?;
+    // Sections written by other subcommands (`memory`, `cluster`) between their
+    // markers survive a rerun of `bench`.
+    let mut text = markdown::render(&results);
+    let previous = std::fs::read_to_string(&args.out).unwrap_or_default();
+    for section in crate::memory::marked_sections(&previous) {
+        text = format!("{}\n\n{section}\n", text.trim_end());
+    }
+    std::fs::write(&args.out, text).with_context(|| format!("writing {}", args.out.display()))?;
     eprintln!("bench: wrote {}", args.out.display());
     Ok(())
 }

@@ -4,17 +4,23 @@
 //!   (`--rate`), with a JSON report and an SVG chart.
 //! - `bench`: starts one etcd and one Baton, runs the shared scenarios against each
 //!   in alternation and writes BENCHMARKS.md (`make bench`).
+//! - `cluster`: the same for 3-member clusters of both (against each leader), written
+//!   as the "3-node" section of BENCHMARKS.md.
+//! - `memory`: server RSS per held lock (1,000,000 by default) and the restart time
+//!   of that state after `kill -9`.
 //! - `smoke`: a few seconds of every scenario against both, checking the reports are
 //!   well-formed (`make test-loadtest`).
 
 mod baton;
 mod bench;
 mod chart;
+mod cluster;
 mod driver;
 mod error;
 mod etcd;
 mod machine;
 mod markdown;
+mod memory;
 mod probe;
 mod process;
 mod recorder;
@@ -40,6 +46,10 @@ enum Command {
     Run(scenario::RunArgs),
     /// Benchmark Baton against etcd and write BENCHMARKS.md.
     Bench(bench::BenchArgs),
+    /// 3-node etcd and 3-node Baton: lock-cycle and lock-contended against each leader.
+    Cluster(cluster::ClusterArgs),
+    /// RSS per held lock and the time to restart with them (kill -9, then ready).
+    Memory(memory::MemoryArgs),
     /// Short end-to-end check of every scenario against both targets.
     Smoke(smoke::SmokeArgs),
     /// Describe this machine and time synced 4 KiB appends in a directory.
@@ -58,6 +68,8 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Run(args) => scenario::run(&args).await.map(drop),
         Command::Bench(args) => bench::bench(args).await,
+        Command::Cluster(args) => cluster::cluster(args).await,
+        Command::Memory(args) => memory::memory(args).await,
         Command::Smoke(args) => smoke::smoke(args).await,
         Command::Machine { dir, samples } => {
             let machine = machine::describe(&dir, samples);

@@ -30,22 +30,44 @@ impl Server {
     /// Starts `baton serve` from `bin` with its data under `dir`.
     pub fn baton(bin: &Path, dir: &Path) -> anyhow::Result<Self> {
         let port = free_port()?;
-        let data = dir.join("baton-data");
-        let log = dir.join("baton.log");
+        Self::baton_with(
+            bin,
+            &dir.join("baton-data"),
+            &dir.join("baton.log"),
+            port,
+            &[],
+        )
+    }
+
+    /// Starts `baton serve` from `bin` listening on `port`, its data in `data`, its
+    /// log in `log` (appended, so a restart keeps the first run's lines) and `extra`
+    /// flags (cluster membership, limits).
+    pub fn baton_with(
+        bin: &Path,
+        data: &Path,
+        log: &Path,
+        port: u16,
+        extra: &[String],
+    ) -> anyhow::Result<Self> {
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)?;
         let child = Command::new(bin)
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .arg("--data-dir")
-            .arg(&data)
+            .arg(data)
+            .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
+            .stderr(stderr)
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
         Ok(Self {
             kind: TargetKind::Baton,
             url: format!("http://127.0.0.1:{port}"),
             child,
-            log,
+            log: log.to_owned(),
         })
     }
 
@@ -53,13 +75,32 @@ impl Server {
     /// durability (fsync on), an 8 GiB backend quota so long runs do not hit the alarm.
     pub fn etcd(bin: &Path, dir: &Path) -> anyhow::Result<Self> {
         let (client, peer) = (free_port()?, free_port()?);
-        let log = dir.join("etcd.log");
+        let cluster = format!("bench=http://127.0.0.1:{peer}");
+        Self::etcd_member(bin, dir, "bench", (client, peer), &cluster)
+    }
+
+    /// Starts one member `name` of a new etcd cluster (`--initial-cluster-state new`)
+    /// on loopback ports `(client, peer)`, its data in `dir/<name>-data` (fsync on,
+    /// the default), `initial_cluster` being `name=http://127.0.0.1:peer,...`.
+    pub fn etcd_member(
+        bin: &Path,
+        dir: &Path,
+        name: &str,
+        (client, peer): (u16, u16),
+        initial_cluster: &str,
+    ) -> anyhow::Result<Self> {
+        let log = dir.join(format!("{name}.log"));
         let client_url = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
+        let data = if name == "bench" {
+            dir.join("etcd-data")
+        } else {
+            dir.join(format!("{name}-data"))
+        };
         let child = Command::new(bin)
-            .args(["--name", "bench"])
+            .args(["--name", name])
             .arg("--data-dir")
-            .arg(dir.join("etcd-data"))
+            .arg(data)
             .args([
                 "--listen-client-urls",
                 &client_url,
@@ -72,7 +113,9 @@ impl Server {
                 "--initial-advertise-peer-urls",
                 &peer_url,
             ])
-            .args(["--initial-cluster", &format!("bench={peer_url}")])
+            .args(["--initial-cluster", initial_cluster])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--initial-cluster-token", "baton-loadtest"])
             .args(["--quota-backend-bytes", "8589934592"])
             .args(["--logger", "zap", "--log-level", "warn"])
             .stdout(Stdio::null())
@@ -85,6 +128,18 @@ impl Server {
             child,
             log,
         })
+    }
+
+    /// Kills the process with SIGKILL (no shutdown of any kind) and reaps it.
+    pub fn kill9(&mut self) -> anyhow::Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
+    /// Resident set size now, bytes (`VmRSS` in `/proc/<pid>/status`).
+    pub fn rss_bytes(&self) -> anyhow::Result<u64> {
+        rss_bytes(self.pid())
     }
 
     /// The process id.
@@ -149,5 +204,35 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Resident set size of process `pid`, bytes (`VmRSS` in `/proc/<pid>/status`).
+pub fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    parse_vm_rss(&status).with_context(|| format!("no VmRSS in /proc/{pid}/status"))
+}
+
+/// `VmRSS:   1234 kB` as bytes.
+fn parse_vm_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vm_rss_is_read_in_bytes() {
+        let status = "Name:\tbaton\nVmPeak:\t  999 kB\nVmRSS:\t   2048 kB\nThreads: 4\n";
+        assert_eq!(parse_vm_rss(status), Some(2048 * 1024));
+        assert_eq!(parse_vm_rss("Name: x\n"), None);
+    }
+
+    #[test]
+    fn own_rss_is_positive() {
+        assert!(rss_bytes(std::process::id()).expect("own /proc status") > 0);
     }
 }

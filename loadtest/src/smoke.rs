@@ -163,6 +163,35 @@ pub async fn smoke(args: SmokeArgs) -> anyhow::Result<()> {
             }
         }
     }
+    // memory: a tiny N, checking the restart brings every lock back (not its speed).
+    let memory = crate::memory::MemoryArgs {
+        baton_bin: args.baton_bin.clone(),
+        locks: 2_000,
+        clients: 8,
+        locks_per_lease: 500,
+        ttl_ms: 3_600_000,
+        restart_timeout_s: 60.0,
+        data_root: Some(dir.path().to_owned()),
+        report: None,
+        markdown: None,
+    };
+    match crate::memory::measure(&memory).await {
+        Ok(r) if r.locks_held_after_restart == 2_000 && r.rss_after_bytes > 0 => {
+            passed += 1;
+            println!(
+                "PASS baton memory ({} locks, {:.0} B/lock, back after restart in {:.2} s)",
+                r.locks, r.rss_per_lock_bytes, r.restart_locks_s
+            );
+        }
+        Ok(r) => {
+            failed += 1;
+            println!("FAIL baton memory: {r:?}");
+        }
+        Err(e) => {
+            failed += 1;
+            println!("FAIL baton memory: {e:#}");
+        }
+    }
     println!("loadtest: {passed} passed, {failed} failed, {skipped} skipped");
     if failed > 0 {
         bail!("{failed} smoke checks failed");
