@@ -184,6 +184,8 @@ mod tests {
             "an expiry is proposed once"
         );
         clock.expiry_failed(LeaseId(1));
+        assert!(clock.take_expired().is_empty(), "retried after a pause");
+        tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(clock.take_expired(), vec![LeaseId(1)]);
     }
 

@@ -114,7 +114,11 @@ async fn three_nodes_form_and_every_node_serves_every_request() {
         )
         .await;
     assert_eq!(status, 200);
-    let waiter = cluster.spawn_post(follower, "/v1/locks/handoff:acquire", json!({"ttl_ms": 10_000, "wait_ms": 20_000}));
+    let waiter = cluster.spawn_post(
+        follower,
+        "/v1/locks/handoff:acquire",
+        json!({"ttl_ms": 10_000, "wait_ms": 20_000}),
+    );
     let queued = eventually(100, || async {
         let (_, body) = cluster.get(other, "/v1/locks/handoff").await;
         (body["waiters"].as_u64() == Some(1)).then_some(())
@@ -335,14 +339,18 @@ async fn a_fourth_node_joins_and_a_member_is_removed() {
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    let view = cluster.view(joiner).await.unwrap();
-    let ids: Vec<u64> = view["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_u64().unwrap())
-        .collect();
-    assert!(!ids.contains(&2), "{view}");
+    // The joiner's own view follows once it has applied the change.
+    let removed = eventually(100, || async {
+        let view = cluster.view(joiner).await?;
+        let ids: Vec<u64> = view["members"]
+            .as_array()?
+            .iter()
+            .filter_map(|m| m["id"].as_u64())
+            .collect();
+        (!ids.contains(&2) && ids.len() == 3).then_some(())
+    })
+    .await;
+    assert!(removed.is_some(), "node 2 left the membership");
     cluster.kill9(2);
     // The remaining three (1, 3, 4) still grant.
     let (status, body) = cluster
@@ -513,7 +521,11 @@ async fn a_wait_that_times_out_during_a_leader_change_really_leaves_the_queue() 
         )
         .await;
     assert_eq!(status, 200);
-    let waiter = cluster.spawn_post(follower, "/v1/locks/contested:acquire", json!({"ttl_ms": 60_000, "wait_ms": 1_500}));
+    let waiter = cluster.spawn_post(
+        follower,
+        "/v1/locks/contested:acquire",
+        json!({"ttl_ms": 60_000, "wait_ms": 1_500}),
+    );
     // The leader stops just before the wait times out: the cancel meets a
     // leader that cannot answer, then a new one.
     tokio::time::sleep(Duration::from_millis(1_300)).await;

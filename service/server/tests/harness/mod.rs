@@ -280,9 +280,9 @@ impl Cluster {
         let client = self.client.clone();
         let base = self.node(id).api.clone();
         let path = path.to_owned();
-        tokio::spawn(async move {
-            call(&client, &base, reqwest::Method::POST, &path, Some(body)).await
-        })
+        tokio::spawn(
+            async move { call(&client, &base, reqwest::Method::POST, &path, Some(body)).await },
+        )
     }
 
     /// `GET path` on node `id`.
