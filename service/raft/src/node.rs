@@ -372,8 +372,11 @@ async fn run_lease_clock(node: Arc<Node>) {
         for lease_id in node.clock.take_expired() {
             let node = node.clone();
             tokio::spawn(async move {
+                // Only this node's clock decided it, so only this node may propose
+                // it: never forwarded (a deposed leader's stale decision would expire
+                // a lease the new leader just kept alive).
                 let outcome = node
-                    .propose(Request::plain(Command::ExpireLease { lease_id }))
+                    .propose_as_leader(Request::plain(Command::ExpireLease { lease_id }))
                     .await;
                 match outcome {
                     Ok(Outcome {

@@ -227,6 +227,17 @@ impl Node {
         }
     }
 
+    /// Proposes `request` on this node only, as the leader; `NotLeader` otherwise.
+    /// For decisions only the leader's own clock may make (a lease's expiry):
+    /// forwarding them would let a deposed leader, back from a pause, expire
+    /// leases that the new leader has kept alive.
+    pub(crate) async fn propose_as_leader(
+        &self,
+        request: Request,
+    ) -> Result<Outcome, RaftLayerError> {
+        self.propose_local(request).await
+    }
+
     async fn propose_local(&self, request: Request) -> Result<Outcome, RaftLayerError> {
         if self.raft.metrics().borrow().state != ServerState::Leader {
             return Err(self.not_leader());

@@ -431,6 +431,47 @@ async fn a_node_cut_off_from_the_others_grants_nothing_and_reads_nothing() {
     }
 }
 
+/// Found by the chaos harness (seed 11, 5 nodes): a leader SIGSTOPped long enough
+/// to be replaced woke up with every lease overdue on its own clock and proposed
+/// their expiry; the proposal was forwarded to the new leader, which applied it,
+/// ending a lease it had just kept alive. Expiry is now proposed locally only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_back_from_a_pause_expires_nothing() {
+    let mut cluster = Cluster::start(3, &[]).await;
+    let old = cluster.wait_leader(None).await;
+    let follower = (1..=3).find(|id| *id != old).unwrap();
+    let lease = cluster.lease(follower, 2_000).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    // Keepalives through the follower every 250 ms, each in its own task so one
+    // stuck on the paused leader does not hold up the next.
+    let keeper = {
+        let client = cluster.client.clone();
+        let base = cluster.node(follower).api.clone();
+        let stop = stop.clone();
+        let path = format!("/v1/leases/{lease}:keepalive");
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let (client, base, path) = (client.clone(), base.clone(), path.clone());
+                tokio::spawn(async move {
+                    call(&client, &base, reqwest::Method::POST, &path, None).await
+                });
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+    // Longer than an election (1.5-2 s here) and than the lease's TTL.
+    cluster.pause(old);
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let new = cluster.wait_leader(Some(old)).await;
+    cluster.resume(old);
+    // Give the old leader's ticker time to act on its overdue clock.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (status, body) = cluster.get(new, &format!("/v1/leases/{lease}")).await;
+    stop.store(true, Ordering::Relaxed);
+    keeper.await.unwrap();
+    assert_eq!(status, 200, "the kept-alive lease survived: {body}");
+}
+
 /// Issue 5: a follower serves watches from its own replica, and sees exactly the
 /// sequence the leader does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
