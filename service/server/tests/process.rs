@@ -2,8 +2,10 @@
 //! continues the revision upward, SIGTERM stops it cleanly.
 #![allow(clippy::unwrap_used)]
 
+mod harness;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -13,42 +15,13 @@ struct Server {
     base: String,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use harness::free_port;
 
 async fn start(data_dir: &Path, port: u16) -> Server {
-    let child = Command::new(
-        std::env::var("BATON_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_baton").to_owned()),
-    )
-    .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-    .args(["--raft-listen", "127.0.0.1:0"])
-    .arg("--data-dir")
-    .arg(data_dir)
-    .env("BATON_LOG", "warn")
-    .stdout(Stdio::null())
-    .stderr(Stdio::inherit())
-    .spawn()
-    .unwrap();
-    let server = Server {
-        child,
+    Server {
+        child: harness::start_single(data_dir, port).await,
         base: format!("http://127.0.0.1:{port}"),
-    };
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if let Ok(response) = client.get(format!("{}/readyz", server.base)).send().await {
-            if response.status().is_success() {
-                return server;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("baton did not become ready");
 }
 
 async fn call(

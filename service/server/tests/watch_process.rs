@@ -4,48 +4,14 @@
 //! stopped.
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+mod harness;
+
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn start(data_dir: &Path, port: u16) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env("BATON_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if let Ok(response) = client
-            .get(format!("http://127.0.0.1:{port}/readyz"))
-            .send()
-            .await
-        {
-            if response.status().is_success() {
-                return child;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("baton did not become ready");
-}
+use harness::{free_port, start_single as start};
 
 /// `(id, event)` of every frame until the stream ends or a frame with
 /// `id >= until` that is not a bookmark arrives.

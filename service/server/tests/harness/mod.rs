@@ -26,6 +26,34 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Starts a single-node server on `port` (its peer listener on a free port, so
+/// tests can run in parallel) and waits until it is ready.
+pub async fn start_single(data_dir: &std::path::Path, port: u16) -> Child {
+    let mut child = Command::new(baton_bin())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--raft-listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("BATON_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/readyz");
+    for _ in 0..1_200 {
+        if let Ok(response) = client.get(&url).send().await {
+            if response.status().is_success() {
+                return child;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("baton did not become ready");
+}
+
 /// Sends a signal with the `kill` command (the tests forbid unsafe code).
 pub fn signal(pid: u32, name: &str) {
     let status = Command::new("kill")
