@@ -38,6 +38,9 @@ pub enum LeaderCall {
         /// Raft id.
         id: u64,
     },
+    /// Sent by a leader handing over before it shuts down, to the voter it chose:
+    /// start an election now. Answered by any node.
+    Campaign,
 }
 
 /// The leader's answer to a [`LeaderCall`].
@@ -53,6 +56,8 @@ pub enum LeaderAnswer {
     Remaining(Option<u64>),
     /// A membership change completed.
     MembershipChanged,
+    /// The election was started.
+    Campaigning,
 }
 
 /// The envelope on the wire: the answer, or the leader-side error.

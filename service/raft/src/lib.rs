@@ -9,6 +9,7 @@
 mod bootstrap;
 mod config;
 mod error;
+mod handover;
 mod leader_call;
 mod leader_link;
 mod lease_clock;

@@ -103,6 +103,9 @@ pub struct Node {
     pub(crate) link: LeaderLink,
     watch: Arc<WatchHub>,
     leading: Arc<AtomicBool>,
+    /// Set while a leader hands over before shutting down: it takes no more
+    /// leader calls, so the voters' leader lease can run out.
+    pub(crate) handing_over: AtomicBool,
     snapshots_installed: Arc<AtomicU64>,
     pub(crate) stop: watch::Sender<bool>,
 }
@@ -182,6 +185,7 @@ impl Node {
             config,
             link,
             leading: Arc::new(AtomicBool::new(false)),
+            handing_over: AtomicBool::new(false),
             snapshots_installed,
             stop,
         });

@@ -199,7 +199,19 @@ impl Node {
     /// Answers a leader call here, as the leader. Refuses with `NotLeader` when
     /// this node does not lead (the caller retries on the real leader).
     pub async fn answer(&self, call: LeaderCall) -> LeaderResult {
+        if self.handing_over.load(std::sync::atomic::Ordering::Acquire)
+            && !matches!(call, LeaderCall::Campaign)
+        {
+            return Err(self.not_leader());
+        }
         match call {
+            LeaderCall::Campaign => self
+                .raft
+                .trigger()
+                .elect()
+                .await
+                .map(|()| LeaderAnswer::Campaigning)
+                .map_err(RaftLayerError::unavailable),
             LeaderCall::Propose(request) => {
                 self.propose_local(request).await.map(LeaderAnswer::Outcome)
             }
@@ -239,7 +251,9 @@ impl Node {
     }
 
     async fn propose_local(&self, request: Request) -> Result<Outcome, RaftLayerError> {
-        if self.raft.metrics().borrow().state != ServerState::Leader {
+        if self.raft.metrics().borrow().state != ServerState::Leader
+            || self.handing_over.load(std::sync::atomic::Ordering::Acquire)
+        {
             return Err(self.not_leader());
         }
         match tokio::time::timeout(self.config.propose_timeout, self.proposer.propose(request))

@@ -83,6 +83,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // On SIGTERM the API stops accepting and lets in-flight requests finish;
     // the peer listener stays up meanwhile so their entries can still commit.
     server.await.context("http server")?;
+    // A leader hands over first, so the cluster has a new leader before we exit.
+    node.hand_over_leadership().await;
     tracing::info!("stopping raft");
     node.shutdown().await;
     peers_handle.stop(true).await;

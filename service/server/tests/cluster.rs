@@ -472,6 +472,52 @@ async fn a_deposed_leader_back_from_a_pause_expires_nothing() {
     assert_eq!(status, 200, "the kept-alive lease survived: {body}");
 }
 
+/// Graceful shutdown of a leader hands leadership over first: by the time its
+/// process has exited, the others already follow a new leader (without a
+/// hand-over they would keep the dead one for a lease and an election timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stopped_with_sigterm_hands_over_before_it_exits() {
+    let mut cluster = Cluster::start(3, &[]).await;
+    let leader = cluster.wait_leader(None).await;
+    let (status, before) = cluster
+        .post(
+            leader,
+            "/v1/locks/before-handover:acquire",
+            json!({"ttl_ms": 60_000}),
+        )
+        .await;
+    assert_eq!(status, 200, "{before}");
+    let pid = cluster.node(leader).child.as_ref().unwrap().id();
+    harness::signal(pid, "TERM");
+    let exited = {
+        let child = cluster.nodes[(leader - 1) as usize].child.as_mut().unwrap();
+        let mut exited = None;
+        for _ in 0..1_500 {
+            if let Some(status) = child.try_wait().unwrap() {
+                exited = Some(status);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        exited
+    };
+    let status = exited.expect("the old leader exits after SIGTERM");
+    assert!(status.success(), "clean exit: {status:?}");
+    let mut views = Vec::new();
+    for id in (1..=3).filter(|id| *id != leader) {
+        views.push(cluster.view(id).await.and_then(|v| v["leader_id"].as_u64()));
+    }
+    assert!(
+        views.iter().any(|l| l.is_some_and(|l| l != leader)),
+        "a new leader was in place when the old one exited: {views:?}"
+    );
+    cluster.nodes[(leader - 1) as usize].child = None;
+    let new = cluster.wait_leader(Some(leader)).await;
+    let (status, body) = cluster.get(new, "/v1/locks/before-handover").await;
+    assert_eq!(status, 200);
+    assert_eq!(body["token"], before["token"], "{body}");
+}
+
 /// Issue 5: a follower serves watches from its own replica, and sees exactly the
 /// sequence the leader does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
