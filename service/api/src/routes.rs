@@ -55,57 +55,59 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                     .route("/metrics", web::get().to(cluster::metrics))
                     .route("/openapi.json", web::get().to(docs::openapi))
                     .route("/docs", web::get().to(docs::docs))
-                    .route("/v1/cluster", web::get().to(cluster::cluster))
-                    .route("/v1/cluster/members", web::post().to(members::add))
-                    .route(
-                        "/v1/cluster/members/{id}",
-                        web::delete().to(members::remove),
+                    // One scope per resource: the router tests a scope's static
+                    // prefix first, so a request runs only its own resource's route
+                    // patterns instead of every one in turn (the profile put route
+                    // matching at ~12% of a lock cycle's CPU; a before/after run
+                    // showed no difference beyond the machine's noise, ±5%). Each
+                    // scope keeps the problem+json 404 for paths it does not know.
+                    .service(
+                        web::scope("/v1/locks")
+                            .route("", web::get().to(locks::list))
+                            .route("/{name:[^:]+}:acquire", web::post().to(locks::acquire))
+                            .route("/{name:[^:]+}:release", web::post().to(locks::release))
+                            .route("/{name:[^:]+}:renew", web::post().to(locks::renew))
+                            .route("/{name:[^:]+}:validate", web::post().to(locks::validate))
+                            .route("/{name:[^:]+}", web::get().to(locks::get))
+                            .default_service(web::to(no_route)),
                     )
-                    .route("/v1/leases", web::post().to(leases::create))
-                    .route(
-                        "/v1/leases/{lease_id}:keepalive",
-                        web::post().to(leases::keepalive),
+                    .service(
+                        web::scope("/v1/leases")
+                            .route("", web::post().to(leases::create))
+                            .route("/{lease_id}:keepalive", web::post().to(leases::keepalive))
+                            .route("/{lease_id}", web::get().to(leases::get))
+                            .route("/{lease_id}", web::delete().to(leases::revoke))
+                            .default_service(web::to(no_route)),
                     )
-                    .route("/v1/leases/{lease_id}", web::get().to(leases::get))
-                    .route("/v1/leases/{lease_id}", web::delete().to(leases::revoke))
-                    .route("/v1/locks", web::get().to(locks::list))
-                    .route(
-                        "/v1/locks/{name:[^:]+}:acquire",
-                        web::post().to(locks::acquire),
+                    .service(
+                        web::scope("/v1/elections")
+                            .route(
+                                "/{name:[^:]+}:campaign",
+                                web::post().to(elections::campaign),
+                            )
+                            .route(
+                                "/{name:[^:]+}:proclaim",
+                                web::post().to(elections::proclaim),
+                            )
+                            .route("/{name:[^:]+}:resign", web::post().to(elections::resign))
+                            .route("/{name:[^:]+}:observe", web::get().to(watch::observe))
+                            .route("/{name:[^:]+}", web::get().to(elections::get))
+                            .default_service(web::to(no_route)),
                     )
-                    .route("/v1/locks/{name:[^:]+}:renew", web::post().to(locks::renew))
-                    .route(
-                        "/v1/locks/{name:[^:]+}:release",
-                        web::post().to(locks::release),
+                    .service(
+                        web::scope("/v1/names")
+                            .route("", web::get().to(names::list))
+                            .route("/{name:[^:]+}", web::put().to(names::register))
+                            .route("/{name:[^:]+}", web::get().to(names::get))
+                            .route("/{name:[^:]+}", web::delete().to(names::unregister))
+                            .default_service(web::to(no_route)),
                     )
-                    .route(
-                        "/v1/locks/{name:[^:]+}:validate",
-                        web::post().to(locks::validate),
-                    )
-                    .route("/v1/locks/{name:[^:]+}", web::get().to(locks::get))
-                    .route(
-                        "/v1/elections/{name:[^:]+}:campaign",
-                        web::post().to(elections::campaign),
-                    )
-                    .route(
-                        "/v1/elections/{name:[^:]+}:proclaim",
-                        web::post().to(elections::proclaim),
-                    )
-                    .route(
-                        "/v1/elections/{name:[^:]+}:resign",
-                        web::post().to(elections::resign),
-                    )
-                    .route(
-                        "/v1/elections/{name:[^:]+}:observe",
-                        web::get().to(watch::observe),
-                    )
-                    .route("/v1/elections/{name:[^:]+}", web::get().to(elections::get))
-                    .route("/v1/names", web::get().to(names::list))
-                    .route("/v1/names/{name:[^:]+}", web::put().to(names::register))
-                    .route("/v1/names/{name:[^:]+}", web::get().to(names::get))
-                    .route(
-                        "/v1/names/{name:[^:]+}",
-                        web::delete().to(names::unregister),
+                    .service(
+                        web::scope("/v1/cluster")
+                            .route("", web::get().to(cluster::cluster))
+                            .route("/members", web::post().to(members::add))
+                            .route("/members/{id}", web::delete().to(members::remove))
+                            .default_service(web::to(no_route)),
                     )
                     .route("/v1/watch", web::get().to(watch::watch))
                     .default_service(web::to(no_route)),
