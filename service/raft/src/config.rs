@@ -85,11 +85,7 @@ impl NodeConfig {
 impl NodeConfig {
     /// The URL to dial for `peer`, whose membership entry says `raft_addr`.
     pub fn dial_addr(&self, peer: u64, raft_addr: &str) -> String {
-        self.dial_overrides
-            .get(&peer)
-            .map_or(raft_addr, String::as_str)
-            .trim_end_matches('/')
-            .to_owned()
+        dial_url(&self.dial_overrides, peer, raft_addr)
     }
 
     /// Longest time without a leader before a request gives up: a few election
@@ -97,4 +93,13 @@ impl NodeConfig {
     pub fn leader_wait(&self) -> Duration {
         self.election_timeout * 4
     }
+}
+
+/// The URL to dial for `peer`: its override if there is one, else `raft_addr`.
+pub(crate) fn dial_url(overrides: &BTreeMap<u64, String>, peer: u64, raft_addr: &str) -> String {
+    overrides
+        .get(&peer)
+        .map_or(raft_addr, String::as_str)
+        .trim_end_matches('/')
+        .to_owned()
 }

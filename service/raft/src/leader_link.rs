@@ -41,13 +41,6 @@ impl LeaderLink {
         LeaderLink { client, secret }
     }
 
-    fn authenticated(&self, builder: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        match &self.secret {
-            Some(secret) => builder.header(CLUSTER_SECRET_HEADER, secret),
-            None => builder,
-        }
-    }
-
     /// Sends `call` to the node whose peer listener is `base`, waiting up to
     /// `timeout` for the answer.
     pub async fn call(
@@ -56,30 +49,9 @@ impl LeaderLink {
         call: &LeaderCall,
         timeout: Duration,
     ) -> Result<LeaderResult, LinkError> {
-        let request = self
-            .client
-            .post(format!("{base}/raft/leader"))
-            .timeout(timeout)
-            .json(call);
-        let response = self
-            .authenticated(request)
-            .send()
-            .await
-            .map_err(|error| classify(base, &error))?;
-        if !response.status().is_success() {
-            // The peer's listener refused the request before acting on it
-            // (wrong secret, bad body): nothing happened there.
-            let status = response.status();
-            let text = response.text().await.unwrap_or_default();
-            return Err(LinkError::NotSent {
-                peer: base.to_owned(),
-                reason: format!("answered {status}: {text}"),
-            });
-        }
-        response.json().await.map_err(|error| LinkError::Lost {
-            peer: base.to_owned(),
-            reason: error.to_string(),
-        })
+        let request = self.client.post(format!("{base}/raft/leader")).json(call);
+        let response = self.send(base, request, timeout).await?;
+        read_json(base, response).await
     }
 
     /// Posts `body` as JSON to a client API `url` with the cluster secret (a
@@ -90,45 +62,56 @@ impl LeaderLink {
         body: &T,
         timeout: Duration,
     ) -> Result<(), LinkError> {
-        let request = self.client.post(url).timeout(timeout).json(body);
-        let response = self
-            .authenticated(request)
-            .send()
-            .await
-            .map_err(|error| classify(url, &error))?;
-        if response.status().is_success() {
-            return Ok(());
-        }
-        let status = response.status();
-        let text = response.text().await.unwrap_or_default();
-        Err(LinkError::NotSent {
-            peer: url.to_owned(),
-            reason: format!("answered {status}: {text}"),
-        })
+        let request = self.client.post(url).json(body);
+        self.send(url, request, timeout).await.map(drop)
     }
 
     /// Asks the node at `base` about itself.
     pub async fn status(&self, base: &str, timeout: Duration) -> Result<PeerStatus, LinkError> {
-        let request = self
-            .client
-            .get(format!("{base}/raft/status"))
-            .timeout(timeout);
-        let response = self
-            .authenticated(request)
+        let request = self.client.get(format!("{base}/raft/status"));
+        let response = self.send(base, request, timeout).await?;
+        read_json(base, response).await
+    }
+
+    /// Sends `request` with the secret and a timeout. A refusal (non-2xx) means
+    /// the peer did not act on it, so it counts as not sent.
+    async fn send(
+        &self,
+        peer: &str,
+        request: reqwest::RequestBuilder,
+        timeout: Duration,
+    ) -> Result<reqwest::Response, LinkError> {
+        let request = match &self.secret {
+            Some(secret) => request.header(CLUSTER_SECRET_HEADER, secret),
+            None => request,
+        };
+        let response = request
+            .timeout(timeout)
             .send()
             .await
-            .map_err(|error| classify(base, &error))?;
-        if !response.status().is_success() {
-            return Err(LinkError::NotSent {
-                peer: base.to_owned(),
-                reason: format!("answered {}", response.status()),
-            });
+            .map_err(|error| classify(peer, &error))?;
+        if response.status().is_success() {
+            return Ok(response);
         }
-        response.json().await.map_err(|error| LinkError::Lost {
-            peer: base.to_owned(),
-            reason: error.to_string(),
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        Err(LinkError::NotSent {
+            peer: peer.to_owned(),
+            reason: format!("answered {status}: {text}"),
         })
     }
+}
+
+/// The body of a 2xx answer; a body that does not arrive or parse leaves the
+/// outcome unknown.
+async fn read_json<T: serde::de::DeserializeOwned>(
+    peer: &str,
+    response: reqwest::Response,
+) -> Result<T, LinkError> {
+    response.json().await.map_err(|error| LinkError::Lost {
+        peer: peer.to_owned(),
+        reason: error.to_string(),
+    })
 }
 
 fn classify(peer: &str, error: &reqwest::Error) -> LinkError {

@@ -71,12 +71,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
             client: self.client.clone(),
             secret: self.secret.clone(),
             target,
-            base: self
-                .dial_overrides
-                .get(&target)
-                .unwrap_or(&node.raft_addr)
-                .trim_end_matches('/')
-                .to_owned(),
+            base: crate::config::dial_url(&self.dial_overrides, target, &node.raft_addr),
         }
     }
 }

@@ -16,12 +16,8 @@ use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use baton_api::error::ApiError;
 use baton_raft::RaftLayerError;
-use futures_util::{StreamExt, TryStreamExt};
+use futures_util::TryStreamExt;
 use serde::Deserialize;
-
-/// Largest body the proxy buffers (the API's own limit is 16 KiB; anything
-/// bigger is refused here with the same code).
-const MAX_BODY: usize = 16 * 1024;
 
 /// Headers that describe one hop, not the request.
 const HOP_BY_HOP: [&str; 9] = [
@@ -127,25 +123,14 @@ fn unavailable(reason: String) -> HttpResponse {
     .error_response()
 }
 
-async fn read_body(mut payload: web::Payload) -> Result<web::Bytes, ApiError> {
-    let mut body = web::BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|error| ApiError::InvalidBody(error.to_string()))?;
-        if body.len() + chunk.len() > MAX_BODY {
-            return Err(ApiError::BodyTooLarge(MAX_BODY));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body.freeze())
-}
-
 /// Forwards one request (the proxy's only route besides `/healthz`).
 pub async fn forward(
     proxy: web::Data<Proxy>,
     http: HttpRequest,
     payload: web::Payload,
 ) -> HttpResponse {
-    let body = match read_body(payload).await {
+    // The API's own reader: the same 16 KiB limit and the same 413 problem.
+    let body = match baton_api::request::read_body(payload).await {
         Ok(body) => body,
         Err(error) => return error.error_response(),
     };

@@ -58,14 +58,7 @@ async fn kill_9_loses_no_acknowledged_grant() {
     let lease_id = lease["lease_id"].as_str().unwrap().to_owned();
 
     let commit_index = |client: reqwest::Client, base: String| async move {
-        let cluster: Value = client
-            .get(format!("{base}/v1/cluster"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let cluster = harness::get_json(&client, &format!("{base}/v1/cluster")).await;
         cluster["commit_index"].as_u64().unwrap()
     };
     let entries_before = commit_index(client.clone(), base.clone()).await;
@@ -233,14 +226,7 @@ async fn a_client_that_hangs_up_while_waiting_leaves_the_queue() {
     )
     .unwrap();
     let waiters = |client: reqwest::Client, base: String| async move {
-        let lock: Value = client
-            .get(format!("{base}/v1/locks/busy"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let lock = harness::get_json(&client, &format!("{base}/v1/locks/busy")).await;
         lock["waiters"].as_u64().unwrap()
     };
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -16,34 +16,11 @@ use harness::{free_port, start_single as start};
 /// `(id, event)` of every frame until the stream ends or a frame with
 /// `id >= until` that is not a bookmark arrives.
 async fn frames(response: &mut reqwest::Response, until: Option<u64>) -> Vec<(u64, String)> {
-    let mut buffer = Vec::new();
-    let mut seen = Vec::new();
-    loop {
-        let chunk = tokio::time::timeout(Duration::from_secs(60), response.chunk())
-            .await
-            .expect("the stream stalled")
-            .unwrap();
-        let Some(chunk) = chunk else { return seen };
-        buffer.extend_from_slice(&chunk);
-        while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
-            let frame: Vec<u8> = buffer.drain(..end + 2).collect();
-            let frame = String::from_utf8(frame).unwrap();
-            let mut id = 0;
-            let mut event = String::new();
-            for line in frame.lines() {
-                if let Some(value) = line.strip_prefix("id: ") {
-                    id = value.parse().unwrap();
-                } else if let Some(value) = line.strip_prefix("event: ") {
-                    event = value.to_owned();
-                }
-            }
-            let done = event != "bookmark" && until.is_some_and(|u| id >= u);
-            seen.push((id, event));
-            if done {
-                return seen;
-            }
-        }
-    }
+    harness::sse_frames(response, until)
+        .await
+        .into_iter()
+        .map(|(id, event, _)| (id, event))
+        .collect()
 }
 
 async fn open(client: &reqwest::Client, url: String) -> reqwest::Response {

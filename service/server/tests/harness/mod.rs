@@ -368,12 +368,13 @@ pub async fn call(
 /// One server-sent event: (id, event name, data line).
 pub type Frame = (u64, String, String);
 
-/// Reads SSE frames from `response` until a non-bookmark event with id >= `until`.
-pub async fn sse_until(response: &mut reqwest::Response, until: u64) -> Vec<Frame> {
+/// Reads SSE frames (bookmarks included) from `response` until the stream ends or
+/// a frame with `id >= until` that is not a bookmark arrives.
+pub async fn sse_frames(response: &mut reqwest::Response, until: Option<u64>) -> Vec<Frame> {
     let mut buffer = Vec::new();
     let mut seen = Vec::new();
     loop {
-        let chunk = tokio::time::timeout(Duration::from_secs(30), response.chunk())
+        let chunk = tokio::time::timeout(Duration::from_secs(60), response.chunk())
             .await
             .expect("the stream stalled")
             .unwrap();
@@ -392,14 +393,16 @@ pub async fn sse_until(response: &mut reqwest::Response, until: u64) -> Vec<Fram
                     data = value.to_owned();
                 }
             }
-            if event == "bookmark" {
-                continue;
-            }
-            let done = id >= until;
+            let done = event != "bookmark" && until.is_some_and(|u| id >= u);
             seen.push((id, event, data));
             if done {
                 return seen;
             }
         }
     }
+}
+
+/// `GET url` as JSON (panics on a transport error: for tests only).
+pub async fn get_json(client: &reqwest::Client, url: &str) -> Value {
+    client.get(url).send().await.unwrap().json().await.unwrap()
 }
