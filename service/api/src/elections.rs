@@ -197,6 +197,7 @@ pub async fn campaign(
             Err(ApiError::Core(CoreError::LeaseNotFound))
         }
         Waited::Ended(_) | Waited::TimedOut => Err(not_elected(&state, &name)),
+        Waited::Abandoned => Err(ApiError::ClientGone),
     }
 }
 

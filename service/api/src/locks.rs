@@ -231,6 +231,7 @@ pub async fn acquire(
             Err(ApiError::Core(CoreError::LeaseNotFound))
         }
         Waited::Ended(_) | Waited::TimedOut => Err(current_holder(&state, &name)),
+        Waited::Abandoned => Err(ApiError::ClientGone),
     }
 }
 

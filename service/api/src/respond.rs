@@ -133,8 +133,8 @@ pub fn lease_ref(
 }
 
 /// Proposes a request that may queue (`waiter` is `Some` when `wait_ms > 0`) and
-/// waits for its grant; a client that goes away drops the wait, which leaves the
-/// queue through the log.
+/// waits for its grant; a client that goes away while queued ends the wait
+/// (`ApiError::ClientGone`), which leaves the queue through the log.
 pub async fn propose_waiting(
     state: &ApiState,
     http: &HttpRequest,
@@ -148,14 +148,18 @@ pub async fn propose_waiting(
             state.node.propose(request).await?,
         ));
     };
-    let wait = state.node.propose_and_wait(
-        request,
-        kind,
-        waiter,
-        std::time::Duration::from_millis(wait_ms),
-    );
-    tokio::select! {
-        waited = wait => Ok(waited?),
-        () = crate::disconnect::client_gone(http) => Err(ApiError::ClientGone),
+    let waited = state
+        .node
+        .propose_and_wait(
+            request,
+            kind,
+            waiter,
+            std::time::Duration::from_millis(wait_ms),
+            crate::disconnect::client_gone(http),
+        )
+        .await?;
+    match waited {
+        baton_raft::Waited::Abandoned => Err(ApiError::ClientGone),
+        other => Ok(other),
     }
 }

@@ -66,7 +66,7 @@ impl NodeConfig {
             api_addr,
             limits: Limits::default(),
             max_batch: 1024,
-            max_in_flight: 2,
+            max_in_flight: 1,
             lease_tick: Duration::from_millis(100),
             heartbeat: Duration::from_millis(100),
             election_timeout: Duration::from_millis(500),

@@ -337,7 +337,10 @@ impl Node {
 }
 
 async fn watch_leadership(node: Arc<Node>) {
-    let mut metrics = node.raft.metrics();
+    // The server metrics change only with the vote, state, leader or membership;
+    // the full metrics change with every applied entry, which would wake this
+    // task once per write for nothing.
+    let mut metrics = node.raft.server_metrics();
     let mut stop = node.stop.subscribe();
     loop {
         let leading_now = metrics.borrow_and_update().state == ServerState::Leader;

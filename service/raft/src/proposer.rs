@@ -3,10 +3,11 @@
 //! Requests queue in a channel. A single task takes whatever has gathered (up to
 //! `max_batch`), stamps the batch with the leader's wall-clock time and limits,
 //! and hands it to openraft without waiting for the commit. At most
-//! `max_in_flight` entries are outstanding; while they are being synced and
-//! applied, new requests gather into the next batch. Under load a batch grows to
-//! the number of requests that arrived during one fsync; when idle, a request is
-//! proposed at once.
+//! `max_in_flight` entries are outstanding (1 by default: openraft 0.9 writes one
+//! entry at a time, so a second would only wait behind the first); while they are
+//! being synced and applied, new requests gather into the next batch. Under load a
+//! batch grows to the number of requests that arrived during one fsync; when idle,
+//! a request is proposed at once.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};

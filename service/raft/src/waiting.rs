@@ -28,6 +28,9 @@ pub enum Waited {
     Ended(WaitEnd),
     /// It queued and the wait timed out; it has left the queue.
     TimedOut,
+    /// It queued and the caller's `abandoned` future fired (its client went away):
+    /// it leaves the queue through the log in the background.
+    Abandoned,
 }
 
 /// Cleans up after a request that stops waiting for any reason other than a
@@ -156,14 +159,20 @@ async fn hand_back(node: &Node, kind: &QueueKind, end: WaitEnd) {
 
 impl Node {
     /// Proposes `request` (an acquire or campaign carrying `waiter`) and, if it
-    /// queues, waits up to `wait` for the grant. If the caller's future is dropped
-    /// (client disconnected), the wait is cancelled through the log.
+    /// queues, waits up to `wait` for the grant, or until `abandoned` resolves
+    /// (the client went away). If the wait is abandoned or the caller's future is
+    /// dropped, the wait is cancelled through the log.
+    ///
+    /// `abandoned` is polled only once the request has queued: most acquires are
+    /// answered at once, and watching a client (a socket registered with the
+    /// reactor) costs a few system calls that an immediate answer does not need.
     pub async fn propose_and_wait(
         self: &Arc<Self>,
         request: Request,
         kind: QueueKind,
         waiter: WaiterId,
         wait: Duration,
+        abandoned: impl std::future::Future<Output = ()>,
     ) -> Result<Waited, RaftLayerError> {
         let rx = self.waiters().register(waiter);
         let mut guard = AbandonGuard {
@@ -194,7 +203,11 @@ impl Node {
                 guard.disarm();
                 return Ok(Waited::TimedOut);
             };
-            tokio::time::timeout(wait, rx).await
+            tokio::select! {
+                ended = tokio::time::timeout(wait, rx) => ended,
+                // Returning with the guard armed cancels the wait in the background.
+                () = abandoned => return Ok(Waited::Abandoned),
+            }
         };
         match ended {
             Ok(Ok(end)) => {
