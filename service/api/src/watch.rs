@@ -242,7 +242,7 @@ impl EventStream {
                         tokio::task::yield_now().await;
                     }
                     self.pending
-                        .extend(events.iter().map(|event| event.frame.clone()));
+                        .extend(events.iter().map(|event| event.frame()));
                 }
                 Step::CaughtUp => {
                     tokio::select! {

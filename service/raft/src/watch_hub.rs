@@ -164,7 +164,7 @@ impl WatchFilter {
         if self.leader_changes_only && !event.leader_change {
             return false;
         }
-        let name = event.name.as_deref();
+        let name = event.name();
         if let Some(exact) = &self.exact {
             if name != Some(exact.as_str()) {
                 return false;
