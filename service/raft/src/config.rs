@@ -7,6 +7,7 @@ use std::time::Duration;
 use baton_core::Limits;
 use baton_store::Durability;
 
+use crate::proposer::InFlight;
 use crate::watch_hub::WatchConfig;
 
 /// Settings of one Baton node.
@@ -27,7 +28,7 @@ pub struct NodeConfig {
     /// Log entries proposed but not yet applied, at most. While they are in flight,
     /// new requests gather into the next batch: this is what makes one fsync serve
     /// many requests.
-    pub max_in_flight: usize,
+    pub max_in_flight: InFlight,
     /// How often the leader's lease clock looks for expired leases.
     pub lease_tick: Duration,
     /// Raft heartbeat interval.
@@ -66,7 +67,7 @@ impl NodeConfig {
             api_addr,
             limits: Limits::default(),
             max_batch: 1024,
-            max_in_flight: 1,
+            max_in_flight: InFlight::Auto,
             lease_tick: Duration::from_millis(100),
             heartbeat: Duration::from_millis(100),
             election_timeout: Duration::from_millis(500),

@@ -33,7 +33,7 @@ pub use lease_clock::LeaseClock;
 pub use network::{peer_http_client, HttpNetwork, CLUSTER_SECRET_HEADER};
 pub use node::{ClusterStatus, Member, Node, StartError};
 pub use peer_server::{peer_routes, secret_matches};
-pub use proposer::{wall_clock_ms, Proposer};
+pub use proposer::{wall_clock_ms, InFlight, Proposer};
 pub use waiters::{WaitEnd, WaiterRegistry};
 pub use waiting::{QueueKind, Waited};
 pub use watch_event::{sse_frame, WatchEvent, WatchKind};

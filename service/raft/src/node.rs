@@ -172,6 +172,7 @@ impl Node {
             config.limits,
             config.max_batch,
             config.max_in_flight,
+            config.propose_timeout,
         );
         let (stop, _) = watch::channel(false);
         let link = LeaderLink::new(client, config.cluster_secret.clone());
@@ -357,7 +358,12 @@ async fn watch_leadership(node: Arc<Node>) {
             tracing::info!(node = node.config.node_id, "no longer leader");
         }
         tokio::select! {
-            changed = metrics.changed() => if changed.is_err() { return },
+            changed = metrics.changed() => if changed.is_err() {
+                // Raft stopped (shutdown or a fatal error): this node leads no more.
+                // The server metrics never report `Shutdown`; the channel just closes.
+                node.leading.store(false, Ordering::Release);
+                return;
+            },
             _ = stop.changed() => return,
         }
     }
@@ -408,5 +414,30 @@ async fn run_lease_clock(node: Arc<Node>) {
                 pending.store(false, Ordering::Release);
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_node_whose_raft_stopped_no_longer_claims_to_lead() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = NodeConfig::single(dir.path().join("data"), "http://127.0.0.1:1".into());
+        let node = Node::start(config).await.expect("start");
+        assert!(node.wait_until_leader(Duration::from_secs(20)).await);
+        // Raft stops on its own (as after a fatal storage error), not through
+        // `Node::shutdown`, which clears the flag itself.
+        node.raft.shutdown().await.expect("raft shutdown");
+        let mut still_leading = true;
+        for _ in 0..500 {
+            still_leading = node.is_leader();
+            if !still_leading {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!still_leading, "the leadership flag outlived raft");
     }
 }

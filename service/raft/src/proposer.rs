@@ -2,15 +2,16 @@
 //!
 //! Requests queue in a channel. A single task takes whatever has gathered (up to
 //! `max_batch`), stamps the batch with the leader's wall-clock time and limits,
-//! and hands it to openraft without waiting for the commit. At most
-//! `max_in_flight` entries are outstanding (1 by default: openraft 0.9 writes one
-//! entry at a time, so a second would only wait behind the first); while they are
-//! being synced and applied, new requests gather into the next batch. Under load a
-//! batch grows to the number of requests that arrived during one fsync; when idle,
-//! a request is proposed at once.
+//! and hands it to openraft without waiting for the commit. A bounded number of
+//! entries is outstanding ([`InFlight`]); while they are being synced, replicated
+//! and applied, new requests gather into the next batch. Under load a batch grows
+//! to the number of requests that arrived during one fsync; when idle, a request
+//! is proposed at once.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use baton_core::{Batch, Limits, Outcome, Request};
 use baton_store::TypeConfig;
@@ -25,6 +26,79 @@ type Reply = oneshot::Sender<Result<Outcome, RaftLayerError>>;
 struct Pending {
     request: Request,
     reply: Reply,
+}
+
+/// How many log entries the proposer keeps outstanding (proposed, not yet applied).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InFlight {
+    /// One while this node is the only voter, two when followers must acknowledge.
+    ///
+    /// openraft 0.9 writes one entry at a time and awaits its flush, so on a lone
+    /// voter a second entry would only wait behind the first (a request then
+    /// waits about 2.5 fsync periods instead of 1.5). With followers, the leader
+    /// can write the next entry while the previous one travels and is synced by
+    /// the followers. Re-read for every entry, so a node that gains or loses
+    /// voters adapts.
+    Auto,
+    /// Always this many (at least one).
+    Fixed(usize),
+}
+
+impl InFlight {
+    /// Entries allowed in flight when the membership has `voters` voters.
+    pub fn limit(self, voters: usize) -> usize {
+        match self {
+            InFlight::Auto if voters <= 1 => 1,
+            InFlight::Auto => 2,
+            InFlight::Fixed(n) => n.max(1),
+        }
+    }
+
+    /// The most entries ever in flight: the size of the proposer's semaphore.
+    fn capacity(self) -> usize {
+        match self {
+            InFlight::Auto => 2,
+            InFlight::Fixed(n) => n.max(1),
+        }
+    }
+}
+
+/// A batch's outcomes, once its entry is applied.
+type Applied = Pin<Box<dyn Future<Output = Result<Vec<Outcome>, RaftLayerError>> + Send>>;
+
+/// Where the proposer sends its entries: openraft, or a stand-in in tests.
+trait LogSink: Send + Sync + 'static {
+    /// Hands `batch` to the log without waiting for its commit; the returned
+    /// future resolves once it is applied.
+    fn submit(&self, batch: Batch) -> impl Future<Output = Result<Applied, RaftLayerError>> + Send;
+
+    /// Voters in the current membership.
+    fn voters(&self) -> usize;
+}
+
+impl LogSink for Raft<TypeConfig> {
+    async fn submit(&self, batch: Batch) -> Result<Applied, RaftLayerError> {
+        let response = self
+            .client_write_ff(batch)
+            .await
+            .map_err(RaftLayerError::unavailable)?;
+        Ok(Box::pin(async move {
+            match response.await {
+                Ok(Ok(written)) => Ok(written.data),
+                Ok(Err(error)) => Err(client_write_error(error)),
+                Err(_) => Err(RaftLayerError::unavailable("raft stopped")),
+            }
+        }))
+    }
+
+    fn voters(&self) -> usize {
+        self.server_metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .count()
+    }
 }
 
 /// Submits requests to the Raft log in batches.
@@ -42,19 +116,39 @@ pub fn wall_clock_ms() -> u64 {
 
 impl Proposer {
     /// Starts the batching task.
+    ///
+    /// An entry whose outcome has not come back within `answer_timeout` gives up
+    /// its place in flight, and its requests hear "outcome unknown". openraft 0.9
+    /// never answers some entries (an uncommitted entry of a deposed leader that
+    /// later catches up by snapshot), and a place held forever would stop every
+    /// later write on this node.
     pub fn start(
         raft: Raft<TypeConfig>,
         limits: Limits,
         max_batch: usize,
-        max_in_flight: usize,
+        in_flight: InFlight,
+        answer_timeout: Duration,
+    ) -> Proposer {
+        Self::start_with(raft, limits, max_batch, in_flight, answer_timeout)
+    }
+
+    fn start_with(
+        sink: impl LogSink,
+        limits: Limits,
+        max_batch: usize,
+        in_flight: InFlight,
+        answer_timeout: Duration,
     ) -> Proposer {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(
-            raft,
+            sink,
             rx,
-            limits,
-            max_batch.max(1),
-            Arc::new(Semaphore::new(max_in_flight.max(1))),
+            Batching {
+                limits,
+                max_batch: max_batch.max(1),
+                in_flight,
+                answer_timeout,
+            },
         ));
         Proposer { tx }
     }
@@ -70,23 +164,30 @@ impl Proposer {
     }
 }
 
-async fn run(
-    raft: Raft<TypeConfig>,
-    mut rx: mpsc::UnboundedReceiver<Pending>,
+/// The batching task's settings.
+struct Batching {
     limits: Limits,
     max_batch: usize,
-    in_flight: Arc<Semaphore>,
-) {
+    in_flight: InFlight,
+    answer_timeout: Duration,
+}
+
+async fn run(sink: impl LogSink, mut rx: mpsc::UnboundedReceiver<Pending>, settings: Batching) {
+    let capacity = settings.in_flight.capacity();
+    let slots = Arc::new(Semaphore::new(capacity));
     loop {
-        // Wait for a free slot first: requests that arrive meanwhile join the batch.
-        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+        // Take a place in flight first: requests that arrive meanwhile join the
+        // batch. An entry takes `capacity / limit` permits, so `limit` fit.
+        let limit = settings.in_flight.limit(sink.voters()).clamp(1, capacity);
+        let permits = u32::try_from(capacity / limit).unwrap_or(u32::MAX);
+        let Ok(permit) = slots.clone().acquire_many_owned(permits).await else {
             return;
         };
         let Some(first) = rx.recv().await else {
             return;
         };
         let mut pending = vec![first];
-        while pending.len() < max_batch {
+        while pending.len() < settings.max_batch {
             match rx.try_recv() {
                 Ok(next) => pending.push(next),
                 Err(_) => break,
@@ -96,24 +197,27 @@ async fn run(
             pending.into_iter().map(|p| (p.request, p.reply)).unzip();
         let batch = Batch {
             now_ms: wall_clock_ms(),
-            limits,
+            limits: settings.limits,
             requests,
         };
-        match raft.client_write_ff(batch).await {
-            Ok(response) => {
+        match sink.submit(batch).await {
+            Ok(applied) => {
+                let answer_timeout = settings.answer_timeout;
                 tokio::spawn(async move {
-                    let result = match response.await {
-                        Ok(Ok(written)) => Ok(written.data),
-                        Ok(Err(error)) => Err(client_write_error(error)),
-                        Err(_) => Err(RaftLayerError::unavailable("raft stopped")),
-                    };
+                    let result = tokio::time::timeout(answer_timeout, applied)
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(RaftLayerError::outcome_unknown(format!(
+                                "no outcome from the log within {answer_timeout:?}"
+                            )))
+                        });
                     drop(permit);
                     deliver(replies, result);
                 });
             }
-            Err(fatal) => {
+            Err(error) => {
                 drop(permit);
-                deliver(replies, Err(RaftLayerError::unavailable(fatal)));
+                deliver(replies, Err(error));
             }
         }
     }
@@ -141,5 +245,167 @@ fn client_write_error(error: ClientWriteError<u64, baton_store::BatonNode>) -> R
             leader_api: forward.leader_node.map(|node| node.api_addr),
         },
         ClientWriteError::ChangeMembershipError(error) => RaftLayerError::unavailable(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    use baton_core::{Command, Reply as CoreReply};
+
+    use super::*;
+
+    /// A log that answers an entry when the test says so, or never.
+    struct ScriptedLog {
+        voters: usize,
+        submitted: AtomicUsize,
+        /// Per submitted entry, in order: the sender that answers it.
+        answers: Mutex<Vec<oneshot::Sender<()>>>,
+    }
+
+    impl ScriptedLog {
+        fn new(voters: usize) -> Arc<Self> {
+            Arc::new(ScriptedLog {
+                voters,
+                submitted: AtomicUsize::new(0),
+                answers: Mutex::new(Vec::new()),
+            })
+        }
+
+        fn answer(&self, entry: usize) {
+            let sender = std::mem::replace(
+                &mut self.answers.lock().expect("lock")[entry],
+                oneshot::channel().0,
+            );
+            let _ = sender.send(());
+        }
+    }
+
+    impl LogSink for Arc<ScriptedLog> {
+        async fn submit(&self, batch: Batch) -> Result<Applied, RaftLayerError> {
+            let (tx, rx) = oneshot::channel();
+            self.answers.lock().expect("lock").push(tx);
+            self.submitted.fetch_add(1, Ordering::SeqCst);
+            let count = batch.requests.len();
+            Ok(Box::pin(async move {
+                rx.await
+                    .map_err(|_| RaftLayerError::unavailable("never answered"))?;
+                Ok((0..count)
+                    .map(|_| Outcome {
+                        revision: 1,
+                        result: Ok(CoreReply::Ticked),
+                        replayed: false,
+                        events: Vec::new(),
+                    })
+                    .collect())
+            }))
+        }
+
+        fn voters(&self) -> usize {
+            self.voters
+        }
+    }
+
+    fn tick() -> Request {
+        Request::plain(Command::Tick)
+    }
+
+    /// Proposes one request in the background.
+    fn propose_in_background(
+        proposer: &Proposer,
+    ) -> tokio::task::JoinHandle<Result<Outcome, RaftLayerError>> {
+        let proposer = proposer.clone();
+        tokio::spawn(async move { proposer.propose(tick()).await })
+    }
+
+    /// Waits (bounded) until `log` has seen `count` entries.
+    async fn until_submitted(log: &ScriptedLog, count: usize) {
+        for _ in 0..500 {
+            if log.submitted.load(Ordering::SeqCst) >= count {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "only {} of {count} entries were submitted",
+            log.submitted.load(Ordering::SeqCst)
+        );
+    }
+
+    #[test]
+    fn auto_keeps_one_entry_alone_and_two_with_followers() {
+        assert_eq!(InFlight::Auto.limit(1), 1);
+        assert_eq!(InFlight::Auto.limit(3), 2);
+        assert_eq!(InFlight::Fixed(4).limit(1), 4);
+        assert_eq!(InFlight::Fixed(0).limit(3), 1);
+    }
+
+    #[tokio::test]
+    async fn a_lone_voter_waits_for_the_entry_in_flight_before_the_next() {
+        let log = ScriptedLog::new(1);
+        let proposer = Proposer::start_with(
+            log.clone(),
+            Limits::default(),
+            16,
+            InFlight::Auto,
+            Duration::from_secs(60),
+        );
+        let first = propose_in_background(&proposer);
+        until_submitted(&log, 1).await;
+        let second = propose_in_background(&proposer);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(log.submitted.load(Ordering::SeqCst), 1, "one in flight");
+        log.answer(0);
+        assert!(first.await.expect("task").is_ok());
+        until_submitted(&log, 2).await;
+        log.answer(1);
+        assert!(second.await.expect("task").is_ok());
+    }
+
+    #[tokio::test]
+    async fn with_followers_two_entries_are_in_flight() {
+        let log = ScriptedLog::new(3);
+        let proposer = Proposer::start_with(
+            log.clone(),
+            Limits::default(),
+            16,
+            InFlight::Auto,
+            Duration::from_secs(60),
+        );
+        let first = propose_in_background(&proposer);
+        until_submitted(&log, 1).await;
+        let second = propose_in_background(&proposer);
+        until_submitted(&log, 2).await;
+        log.answer(1);
+        log.answer(0);
+        assert!(first.await.expect("task").is_ok());
+        assert!(second.await.expect("task").is_ok());
+    }
+
+    #[tokio::test]
+    async fn an_entry_never_answered_gives_up_its_place_after_the_timeout() {
+        let log = ScriptedLog::new(1);
+        let proposer = Proposer::start_with(
+            log.clone(),
+            Limits::default(),
+            16,
+            InFlight::Auto,
+            Duration::from_millis(200),
+        );
+        let lost = propose_in_background(&proposer);
+        until_submitted(&log, 1).await;
+        // Entry 0 is never answered. Before the fix its place was held forever
+        // and this second proposal was never submitted.
+        let next = propose_in_background(&proposer);
+        until_submitted(&log, 2).await;
+        log.answer(1);
+        assert!(next.await.expect("task").is_ok());
+        let unknown = lost.await.expect("task");
+        assert!(
+            matches!(unknown, Err(RaftLayerError::Unavailable { ref reason, .. }) if reason.contains("may or may not")),
+            "{unknown:?}"
+        );
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! # Why one shared ring and cursors
 //!
-//! Each event is converted and encoded once ([`WatchEvent`]) when it is applied
-//! and kept, behind an `Arc`, in one ring of the last `history` events. A stream
+//! Each event is kept, behind an `Arc`, in one ring of the last `history`
+//! events; its SSE frame is encoded once, by the first stream that sends it
+//! ([`WatchEvent::frame`]). A stream
 //! is nothing but a cursor (the last revision it has looked at) and a filter: it
 //! copies the `Arc`s after its cursor when it is polled. So 10,000 watchers cost
 //! 10,000 cursors, not 10,000 copies or queues; a slow watcher costs nothing
@@ -287,7 +288,7 @@ impl WatchHub {
         if events.is_empty() {
             return;
         }
-        // Encode before taking the lock: readers are not held up by it.
+        // Convert before taking the lock: readers are not held up by it.
         let encoded: Vec<Arc<WatchEvent>> = events
             .iter()
             .map(|event| Arc::new(WatchEvent::from_core(event)))

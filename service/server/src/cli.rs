@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_core::Limits;
-use baton_raft::{Durability, NodeConfig, WatchConfig};
+use baton_raft::{Durability, InFlight, NodeConfig, WatchConfig};
 use clap::{Args, Parser, Subcommand};
 
 /// Baton: a replicated lock-and-lease service over HTTP/JSON.
@@ -140,12 +140,12 @@ pub struct ServeArgs {
     /// Most client requests in one Raft log entry.
     #[arg(long, env = "BATON_MAX_BATCH", default_value_t = 1_024)]
     pub max_batch: usize,
-    /// Log entries proposed but not yet committed and applied, at most: while they
-    /// are in flight, new requests gather into the next entry. openraft 0.9 writes
-    /// one entry at a time, so a second one in flight only waits in its queue
-    /// (see ARCHITECTURE.md, "Proposal batching").
-    #[arg(long, env = "BATON_MAX_IN_FLIGHT", default_value_t = 1)]
-    pub max_in_flight: usize,
+    /// Log entries proposed but not yet applied, at most: while they are in
+    /// flight, new requests gather into the next entry. Default: 1 while this node
+    /// is the only voter, 2 with followers (see ARCHITECTURE.md, "Proposal
+    /// batching").
+    #[arg(long, env = "BATON_MAX_IN_FLIGHT")]
+    pub max_in_flight: Option<usize>,
     /// Build a snapshot after this many log entries.
     #[arg(long, env = "BATON_SNAPSHOT_EVERY", default_value_t = 20_000)]
     pub snapshot_every: u64,
@@ -189,7 +189,7 @@ impl ServeArgs {
         if self.max_batch == 0 {
             return Err("--max-batch must be at least 1".into());
         }
-        if self.max_in_flight == 0 {
+        if self.max_in_flight == Some(0) {
             return Err("--max-in-flight must be at least 1".into());
         }
         if self.heartbeat_ms == 0 || self.election_timeout_ms < self.heartbeat_ms * 3 {
@@ -252,7 +252,7 @@ impl ServeArgs {
         config.raft_addr = raft_url;
         config.limits = self.limits();
         config.max_batch = self.max_batch;
-        config.max_in_flight = self.max_in_flight;
+        config.max_in_flight = self.max_in_flight.map_or(InFlight::Auto, InFlight::Fixed);
         config.snapshot_every = self.snapshot_every;
         config.lease_tick = Duration::from_millis(50);
         config.heartbeat = Duration::from_millis(self.heartbeat_ms);

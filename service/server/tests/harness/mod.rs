@@ -24,8 +24,12 @@ pub fn baton_bin() -> String {
 /// handed to some test's outgoing connection before the server bound it, and a
 /// node then failed to start ("never became ready", seen once in a full run).
 /// Outgoing connections never use ports below the range, so only another
-/// test's random pick can collide.
+/// test process's random pick can collide. Within this process a port is never
+/// handed out twice: a cluster test picks every port before it starts a node, and
+/// restarts nodes on ports it picked earlier, which a bind check cannot see.
 pub fn free_port() -> u16 {
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
     let low = 20_000;
     let high = ephemeral_range_start();
     if high <= low + 1_000 {
@@ -38,7 +42,9 @@ pub fn free_port() -> u16 {
     }
     loop {
         let pick = low + (random_u64() % u64::from(high - low)) as u16;
-        if TcpListener::bind(("127.0.0.1", pick)).is_ok() {
+        let mut handed_out = HANDED_OUT.lock().unwrap();
+        if !handed_out.contains(&pick) && TcpListener::bind(("127.0.0.1", pick)).is_ok() {
+            handed_out.insert(pick);
             return pick;
         }
     }
