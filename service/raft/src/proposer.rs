@@ -308,6 +308,17 @@ mod tests {
         }
     }
 
+    /// A proposer on `log` with the default (automatic) number in flight.
+    fn start(log: &Arc<ScriptedLog>, answer_timeout: Duration) -> Proposer {
+        Proposer::start_with(
+            log.clone(),
+            Limits::default(),
+            16,
+            InFlight::Auto,
+            answer_timeout,
+        )
+    }
+
     fn tick() -> Request {
         Request::plain(Command::Tick)
     }
@@ -345,13 +356,7 @@ mod tests {
     #[tokio::test]
     async fn a_lone_voter_waits_for_the_entry_in_flight_before_the_next() {
         let log = ScriptedLog::new(1);
-        let proposer = Proposer::start_with(
-            log.clone(),
-            Limits::default(),
-            16,
-            InFlight::Auto,
-            Duration::from_secs(60),
-        );
+        let proposer = start(&log, Duration::from_secs(60));
         let first = propose_in_background(&proposer);
         until_submitted(&log, 1).await;
         let second = propose_in_background(&proposer);
@@ -367,13 +372,7 @@ mod tests {
     #[tokio::test]
     async fn with_followers_two_entries_are_in_flight() {
         let log = ScriptedLog::new(3);
-        let proposer = Proposer::start_with(
-            log.clone(),
-            Limits::default(),
-            16,
-            InFlight::Auto,
-            Duration::from_secs(60),
-        );
+        let proposer = start(&log, Duration::from_secs(60));
         let first = propose_in_background(&proposer);
         until_submitted(&log, 1).await;
         let second = propose_in_background(&proposer);
@@ -387,13 +386,7 @@ mod tests {
     #[tokio::test]
     async fn an_entry_never_answered_gives_up_its_place_after_the_timeout() {
         let log = ScriptedLog::new(1);
-        let proposer = Proposer::start_with(
-            log.clone(),
-            Limits::default(),
-            16,
-            InFlight::Auto,
-            Duration::from_millis(200),
-        );
+        let proposer = start(&log, Duration::from_millis(200));
         let lost = propose_in_background(&proposer);
         until_submitted(&log, 1).await;
         // Entry 0 is never answered. Before the fix its place was held forever
