@@ -89,6 +89,31 @@ pub struct Runs {
     pub failure: Option<String>,
 }
 
+impl Runs {
+    fn new(scenario: Scenario, clients: usize) -> Runs {
+        Runs {
+            scenario,
+            clients,
+            baton: vec![],
+            etcd: vec![],
+            failure: None,
+        }
+    }
+
+    /// Files one run's report under its target, or records why it failed
+    /// (`what` names the run in the message).
+    fn record(&mut self, kind: TargetKind, what: &str, result: anyhow::Result<Report>) {
+        match result {
+            Ok(report) if kind == TargetKind::Baton => self.baton.push(report),
+            Ok(report) => self.etcd.push(report),
+            Err(e) => {
+                eprintln!("bench: {what} failed: {e:#}");
+                self.failure = Some(format!("{what}: {e:#}"));
+            }
+        }
+    }
+}
+
 /// Everything BENCHMARKS.md is written from.
 pub struct Results {
     /// The command line.
@@ -211,17 +236,11 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     ];
     let mut runs = Vec::new();
     for (scenario, clients) in shared {
-        let mut r = Runs {
-            scenario,
-            clients,
-            baton: vec![],
-            etcd: vec![],
-            failure: None,
-        };
+        let mut r = Runs::new(scenario, clients);
         for round in 0..args.rounds.max(1) {
             for server in [&baton, &etcd] {
                 let tag = format!("r{}", round + 1);
-                match run_one(
+                let result = run_one(
                     &ctx,
                     scenario,
                     server,
@@ -229,23 +248,9 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
                     &tag,
                     |_| {},
                 )
-                .await
-                {
-                    Ok(report) if server.kind == TargetKind::Baton => r.baton.push(report),
-                    Ok(report) => r.etcd.push(report),
-                    Err(e) => {
-                        eprintln!(
-                            "bench: {} on {} failed: {e:#}",
-                            scenario.name(),
-                            server.kind.name()
-                        );
-                        r.failure = Some(format!(
-                            "{} on {}: {e:#}",
-                            scenario.name(),
-                            server.kind.name()
-                        ));
-                    }
-                }
+                .await;
+                let what = format!("{} on {}", scenario.name(), server.kind.name());
+                r.record(server.kind, &what, result);
             }
         }
         write_pair_chart(&args.results_dir, &r)?;
@@ -253,16 +258,10 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     }
     let mut sweep = Vec::new();
     for &clients in &args.sweep_clients {
-        let mut r = Runs {
-            scenario: Scenario::LockCycle,
-            clients,
-            baton: vec![],
-            etcd: vec![],
-            failure: None,
-        };
+        let mut r = Runs::new(Scenario::LockCycle, clients);
         for server in [&baton, &etcd] {
             let tag = format!("c{clients}");
-            match run_one(
+            let result = run_one(
                 &ctx,
                 Scenario::LockCycle,
                 server,
@@ -270,28 +269,17 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
                 &tag,
                 |_| {},
             )
-            .await
-            {
-                Ok(report) if server.kind == TargetKind::Baton => r.baton.push(report),
-                Ok(report) => r.etcd.push(report),
-                Err(e) => {
-                    r.failure = Some(format!(
-                        "lock-cycle with {clients} clients on {}: {e:#}",
-                        server.kind.name()
-                    ))
-                }
-            }
+            .await;
+            let what = format!(
+                "lock-cycle with {clients} clients on {}",
+                server.kind.name()
+            );
+            r.record(server.kind, &what, result);
         }
         sweep.push(r);
     }
     if args.keepalive_leases > 0 {
-        let mut r = Runs {
-            scenario: Scenario::Keepalive,
-            clients: args.keepalive_clients,
-            baton: vec![],
-            etcd: vec![],
-            failure: None,
-        };
+        let mut r = Runs::new(Scenario::Keepalive, args.keepalive_clients);
         for server in [&baton, &etcd] {
             let result = run_one(
                 &ctx,
@@ -305,23 +293,14 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
                 },
             )
             .await;
-            match result {
-                Ok(report) if server.kind == TargetKind::Baton => r.baton.push(report),
-                Ok(report) => r.etcd.push(report),
-                Err(e) => r.failure = Some(format!("keepalive on {}: {e:#}", server.kind.name())),
-            }
+            let what = format!("keepalive on {}", server.kind.name());
+            r.record(server.kind, &what, result);
         }
         write_pair_chart(&args.results_dir, &r)?;
         runs.push(r);
     }
     if args.watchers > 0 {
-        let mut r = Runs {
-            scenario: Scenario::WatchFanout,
-            clients: 4,
-            baton: vec![],
-            etcd: vec![],
-            failure: None,
-        };
+        let mut r = Runs::new(Scenario::WatchFanout, 4);
         let result = run_one(
             &ctx,
             Scenario::WatchFanout,

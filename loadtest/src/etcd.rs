@@ -152,11 +152,7 @@ impl EtcdClient {
         if v["succeeded"].as_bool().unwrap_or(false) {
             Ok(())
         } else {
-            Err(OpError::Server {
-                status: 200,
-                code: "name_taken".into(),
-                detail: name.to_owned(),
-            })
+            Err(refused("name_taken", name))
         }
     }
 
@@ -165,11 +161,7 @@ impl EtcdClient {
         let v = self.call("/v3/kv/range", json!({"key": b64(name)})).await?;
         match v["kvs"].get(0) {
             Some(kv) => Ok(kv["value"].clone()),
-            None => Err(OpError::Server {
-                status: 200,
-                code: "not_found".into(),
-                detail: name.to_owned(),
-            }),
+            None => Err(refused("not_found", name)),
         }
     }
 
@@ -189,11 +181,7 @@ impl EtcdClient {
         if v["succeeded"].as_bool().unwrap_or(false) {
             Ok(())
         } else {
-            Err(OpError::Server {
-                status: 200,
-                code: "not_owner".into(),
-                detail: name.to_owned(),
-            })
+            Err(refused("not_owner", name))
         }
     }
 }
@@ -243,6 +231,16 @@ pub fn grpc_error(status: u16, body: &Value) -> OpError {
         status,
         code,
         detail: message,
+    }
+}
+
+/// A request etcd answered (200) without doing it: a failed transaction
+/// comparison or a missing key, reported under `code`.
+fn refused(code: &str, name: &str) -> OpError {
+    OpError::Server {
+        status: 200,
+        code: code.into(),
+        detail: name.to_owned(),
     }
 }
 

@@ -369,12 +369,7 @@ pub fn render(results: &Results) -> String {
         let _ = writeln!(out, "## keepalive\n");
         for (kind, reports) in [("Baton", &runs.baton), ("etcd", &runs.etcd)] {
             for r in reports {
-                let x = |k: &str| {
-                    r.extra
-                        .get(k)
-                        .map(|v| v.to_string())
-                        .unwrap_or_else(|| "?".into())
-                };
+                let x = |k: &str| extra_text(r, k);
                 let _ = writeln!(
                     out,
                     "- {kind}: {} leases, TTL {} ms, each kept alive every {} ms by {} clients ({:.0} keepalives/s intended, {:.0}/s done) for {:.0} s after granting them in {:.1} s; **{} expired while kept alive**; keepalive p99 {} ms (from the intended time); server CPU {} cores.",
@@ -397,12 +392,7 @@ pub fn render(results: &Results) -> String {
         let _ = writeln!(out, "## watch-fanout (Baton only)\n");
         match (runs.baton.first(), &runs.failure) {
             (Some(r), _) => {
-                let x = |k: &str| {
-                    r.extra
-                        .get(k)
-                        .map(|v| v.to_string())
-                        .unwrap_or_else(|| "?".into())
-                };
+                let x = |k: &str| extra_text(r, k);
                 let _ = writeln!(
                     out,
                     "{} watchers, {} writers: {} events written, {} deliveries, {} missed; delivery latency (write sent -> event received) p50 {} ms, p99 {} ms, max {} ms.\n",
@@ -473,6 +463,15 @@ pub fn render(results: &Results) -> String {
         a.results_dir.display()
     );
     out
+}
+
+/// A report's extra value `key` as text, `?` when it is missing.
+fn extra_text(report: &Report, key: &str) -> String {
+    report
+        .extra
+        .get(key)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| "?".into())
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use serde_json::json;
 
-use crate::driver::{drive, LoadSpec, Worker};
+use crate::driver::{drive, Driven, LoadSpec, Worker};
 use crate::error::OpError;
 use crate::probe::{CpuProbe, FsyncProbe};
 use crate::report::Report;
@@ -257,6 +257,27 @@ async fn revoke_all(target: &Target, leases: impl IntoIterator<Item = Lease>, co
         .await;
 }
 
+/// Grants one lease per client, makes one worker per lease with `worker(i, lease)`
+/// and drives them, with the probes around the measured phase.
+async fn drive_leased<W: Worker>(
+    target: &Target,
+    spec: &LoadSpec,
+    args: &RunArgs,
+    worker: impl Fn(usize, &Lease) -> W,
+) -> anyhow::Result<(Driven<W>, Probes, Vec<Lease>)> {
+    let leases = grant_leases(target, spec.clients, args.ttl_ms, spec.clients)
+        .await
+        .context("granting leases")?;
+    let workers = leases
+        .iter()
+        .enumerate()
+        .map(|(i, lease)| worker(i, lease))
+        .collect();
+    let probes = Probes::start(args);
+    let driven = drive(spec, workers).await;
+    Ok((driven, probes, leases))
+}
+
 /// The probes around the measured phase.
 struct Probes {
     server_cpu: Option<CpuProbe>,
@@ -303,13 +324,8 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<Report> {
     let setup = Instant::now();
     let (recorder, elapsed, spec, probes, leases, override_report) = match args.scenario {
         Scenario::LockCycle | Scenario::LockContended => {
-            let leases = grant_leases(&target, spec.clients, args.ttl_ms, spec.clients)
-                .await
-                .context("granting leases")?;
-            let workers = leases
-                .iter()
-                .enumerate()
-                .map(|(i, lease)| LockWorker {
+            let (driven, probes, leases) =
+                drive_leased(&target, &spec, args, |i, lease| LockWorker {
                     target: target.clone(),
                     lease: lease.clone(),
                     name: if args.scenario == Scenario::LockCycle {
@@ -318,43 +334,28 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<Report> {
                         format!("{id}/contended")
                     },
                 })
-                .collect();
-            let probes = Probes::start(args);
-            let driven = drive(&spec, workers).await;
+                .await?;
             (driven.recorder, driven.elapsed, spec, probes, leases, None)
         }
         Scenario::ElectionChurn => {
-            let leases = grant_leases(&target, spec.clients, args.ttl_ms, spec.clients)
-                .await
-                .context("granting leases")?;
-            let workers = leases
-                .iter()
-                .enumerate()
-                .map(|(i, lease)| ElectionWorker {
+            let (driven, probes, leases) =
+                drive_leased(&target, &spec, args, |i, lease| ElectionWorker {
                     target: target.clone(),
                     lease: lease.clone(),
                     name: format!("{id}/churn"),
                     candidate: format!("candidate-{i}"),
                 })
-                .collect();
-            let probes = Probes::start(args);
-            let driven = drive(&spec, workers).await;
+                .await?;
             (driven.recorder, driven.elapsed, spec, probes, leases, None)
         }
         Scenario::Names => {
-            let leases = grant_leases(&target, spec.clients, args.ttl_ms, spec.clients)
-                .await
-                .context("granting leases")?;
-            let workers = leases
-                .iter()
-                .map(|lease| NamesWorker {
+            let (driven, probes, leases) =
+                drive_leased(&target, &spec, args, |_, lease| NamesWorker {
                     target: target.clone(),
                     lease: lease.clone(),
                     prefix: id.clone(),
                 })
-                .collect();
-            let probes = Probes::start(args);
-            let driven = drive(&spec, workers).await;
+                .await?;
             (driven.recorder, driven.elapsed, spec, probes, leases, None)
         }
         Scenario::Keepalive => {

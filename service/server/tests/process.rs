@@ -132,14 +132,7 @@ async fn kill_9_loses_no_acknowledged_grant() {
         "revision went back from {before} to {after}"
     );
     for (name, token) in &grants {
-        let lock: Value = client
-            .get(format!("{base}/v1/locks/{name}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let lock = harness::get_json(&client, &format!("{base}/v1/locks/{name}")).await;
         assert_eq!(
             lock["token"].as_u64(),
             Some(*token),
@@ -147,14 +140,7 @@ async fn kill_9_loses_no_acknowledged_grant() {
         );
     }
     for i in 0..50 {
-        let name: Value = client
-            .get(format!("{base}/v1/names/svc/{i}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let name = harness::get_json(&client, &format!("{base}/v1/names/svc/{i}")).await;
         assert_eq!(name["value"], json!({"i": i}));
     }
     // The lease survived (its TTL restarted in full) and new tokens are larger.
