@@ -208,8 +208,6 @@ fn start_baton(args: &ClusterArgs, dir: &std::path::Path) -> anyhow::Result<Vec<
             let extra = vec![
                 "--node-id".to_owned(),
                 id.to_string(),
-                "--raft-listen".to_owned(),
-                format!("127.0.0.1:{raft}"),
                 "--peers".to_owned(),
                 peers.clone(),
                 "--cluster-secret".to_owned(),
@@ -219,7 +217,7 @@ fn start_baton(args: &ClusterArgs, dir: &std::path::Path) -> anyhow::Result<Vec<
                 &args.baton_bin,
                 &dir.join(format!("baton-{id}-data")),
                 &dir.join(format!("baton-{id}.log")),
-                api,
+                (api, raft),
                 &extra,
             )
         })

@@ -116,14 +116,12 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<MemoryReport> {
     let (port, raft_port) = (free_port()?, free_port()?);
     let per_lease = args.locks_per_lease.max(1);
     let extra = vec![
-        "--raft-listen".to_owned(),
-        format!("127.0.0.1:{raft_port}"),
         "--max-holdings-per-lease".to_owned(),
         per_lease.to_string(),
         "--max-ttl-ms".to_owned(),
         args.ttl_ms.max(3_600_000).to_string(),
     ];
-    let mut server = Server::baton_with(&args.baton_bin, &data, &log, port, &extra)?;
+    let mut server = Server::baton_with(&args.baton_bin, &data, &log, (port, raft_port), &extra)?;
     server
         .wait_ready(Duration::from_secs(60))
         .await
@@ -199,7 +197,7 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<MemoryReport> {
     server.kill9()?;
     keepalive.abort();
     let restarted = Instant::now();
-    let server = Server::baton_with(&args.baton_bin, &data, &log, port, &extra)?;
+    let server = Server::baton_with(&args.baton_bin, &data, &log, (port, raft_port), &extra)?;
     let timeout = Duration::from_secs_f64(args.restart_timeout_s);
     let (mut ready_s, mut locks_s, mut held) = (None, None, 0);
     let probe = reqwest::Client::builder()

@@ -29,24 +29,27 @@ pub struct Server {
 impl Server {
     /// Starts `baton serve` from `bin` with its data under `dir`.
     pub fn baton(bin: &Path, dir: &Path) -> anyhow::Result<Self> {
-        let port = free_port()?;
         Self::baton_with(
             bin,
             &dir.join("baton-data"),
             &dir.join("baton.log"),
-            port,
+            (free_port()?, free_port()?),
             &[],
         )
     }
 
-    /// Starts `baton serve` from `bin` listening on `port`, its data in `data`, its
-    /// log in `log` (appended, so a restart keeps the first run's lines) and `extra`
-    /// flags (cluster membership, limits).
+    /// Starts `baton serve` from `bin` with its client API on `port` and its raft
+    /// listener on `raft_port`, its data in `data`, its log in `log` (appended, so a
+    /// restart keeps the first run's lines) and `extra` flags (cluster membership,
+    /// limits).
+    ///
+    /// Both ports are explicit: a server left on its default peer port (7879)
+    /// collides with a `make run` server on the same machine (issue 12).
     pub fn baton_with(
         bin: &Path,
         data: &Path,
         log: &Path,
-        port: u16,
+        (port, raft_port): (u16, u16),
         extra: &[String],
     ) -> anyhow::Result<Self> {
         let stderr = std::fs::OpenOptions::new()
@@ -55,6 +58,7 @@ impl Server {
             .open(log)?;
         let child = Command::new(bin)
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--raft-listen", &format!("127.0.0.1:{raft_port}")])
             .arg("--data-dir")
             .arg(data)
             .args(extra)
@@ -234,5 +238,51 @@ mod tests {
     #[test]
     fn own_rss_is_positive() {
         assert!(rss_bytes(std::process::id()).expect("own /proc status") > 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `baton` binary of the same workspace build (`target/<profile>/baton`,
+    /// beside the `deps/` folder this test runs from); `BATON_TEST_BIN` overrides.
+    fn baton_bin() -> PathBuf {
+        if let Some(bin) = std::env::var_os("BATON_TEST_BIN") {
+            return bin.into();
+        }
+        let exe = std::env::current_exe().expect("test executable path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>/deps/<test>");
+        profile_dir.join("baton")
+    }
+
+    /// Issue 12: the smoke's Baton took the default peer port, so `make test` failed
+    /// while a `make run` server was up. Whoever holds 7878 and 7879 (this test, or a
+    /// server someone is running), a server the load test starts must come up.
+    #[tokio::test]
+    async fn a_server_starts_while_the_default_ports_are_taken() {
+        let _held: Vec<TcpListener> = [7878, 7879]
+            .into_iter()
+            .filter_map(|port| TcpListener::bind(("127.0.0.1", port)).ok())
+            .collect();
+        for port in [7878, 7879] {
+            assert!(
+                TcpListener::bind(("127.0.0.1", port)).is_err(),
+                "port {port} should be taken for this test"
+            );
+        }
+        let bin = baton_bin();
+        assert!(bin.exists(), "{} not built", bin.display());
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut server = Server::baton(&bin, dir.path()).expect("spawn baton");
+        server
+            .wait_ready(Duration::from_secs(60))
+            .await
+            .expect("ready on free ports");
+        assert!(!server.url.ends_with(":7878"), "{}", server.url);
+        server.kill9().expect("stop");
     }
 }
