@@ -6,7 +6,7 @@
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/baton-target
 CARGO ?= cargo
 
-.PHONY: setup run cluster build release test test-rust test-openapi openapi lint fmt clean-data chaos test-chaos
+.PHONY: setup run cluster build release test test-rust test-openapi test-image test-chart openapi lint fmt clean-data chaos test-chaos fresh-check
 
 setup:
 	@.ci/setup
@@ -28,7 +28,7 @@ cluster: build
 release: setup
 	$(CARGO) build --release --workspace
 
-test: setup test-rust test-openapi test-loadtest test-chaos
+test: setup test-rust test-openapi test-image test-loadtest test-chaos
 
 test-rust:
 	$(CARGO) nextest run --workspace --no-fail-fast
@@ -38,6 +38,26 @@ test-openapi:
 	@.ci/setup python
 	.venv/bin/openapi-spec-validator openapi/baton.json
 	@echo "openapi: 1 passed, 0 failed"
+
+# Lints the Dockerfile (hadolint, from the pinned Python tools). No container
+# engine runs here: .ci/fresh-check runs the Dockerfile's recipe in clean roots.
+test-image:
+	@.ci/setup python
+	.venv/bin/hadolint Dockerfile
+	@echo "hadolint: 1 passed, 0 failed"
+
+# The Helm chart (helm/baton): lint and render with Helm's own library, validate
+# every manifest against Kubernetes' schemas, and run the rendered voters and
+# sidecar as real processes on loopback (helm/tests).
+test-chart: build
+	@.ci/setup python
+	BATON_BIN=$(CARGO_TARGET_DIR)/debug/baton .venv/bin/pytest -q helm/tests
+
+# The README's commands on a fresh machine: a clean Debian root (debootstrap),
+# `make run`, then `make test` with that server up, then the Dockerfile's recipe.
+# Needs root and about an hour (cold builds); run it when .ci/setup changes.
+fresh-check:
+	.ci/fresh-check
 
 # Regenerates the committed OpenAPI document from the code.
 openapi:

@@ -27,6 +27,9 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Print the OpenAPI document.
     Openapi,
+    /// GET a URL once and exit 0 if it answers 2xx, 1 otherwise: a health check
+    /// for images without a shell or curl (`baton probe http://127.0.0.1:7878/readyz`).
+    Probe(crate::probe::ProbeArgs),
     /// Development helpers.
     #[command(subcommand)]
     Dev(DevCommand),

@@ -2,9 +2,11 @@
 
 mod cli;
 mod dev_cluster;
+mod probe;
 mod proxy;
 
 use std::io::Write;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use actix_web::{web, App, HttpServer};
@@ -152,18 +154,19 @@ async fn stop_on_signal(server: actix_web::dev::ServerHandle, node: std::sync::A
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> anyhow::Result<ExitCode> {
     exit_on_panic();
     let cli = Cli::parse();
     match cli.command {
         Command::Openapi => {
             std::io::stdout().write_all(openapi_json().as_bytes())?;
-            Ok(())
         }
+        Command::Probe(args) => return Ok(probe::run(&args).await),
         Command::Serve(args) => {
             init_tracing();
-            serve(*args).await
+            serve(*args).await?;
         }
-        Command::Dev(DevCommand::Cluster(args)) => dev_cluster::run(args).await,
+        Command::Dev(DevCommand::Cluster(args)) => dev_cluster::run(args).await?,
     }
+    Ok(ExitCode::SUCCESS)
 }

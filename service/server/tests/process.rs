@@ -232,3 +232,28 @@ async fn a_client_that_hangs_up_while_waiting_leaves_the_queue() {
     server.child.kill().unwrap();
     server.child.wait().unwrap();
 }
+
+/// `baton probe URL` (the image's HEALTHCHECK): exit 0 on a 2xx answer, 1 on any
+/// other status or when nothing listens, with the reason on stderr.
+#[tokio::test]
+async fn probe_exits_zero_only_on_a_2xx_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut server = start(dir.path(), port).await;
+    let probe = |url: String| async move {
+        tokio::process::Command::new(harness::baton_bin())
+            .args(["probe", &url, "--timeout-ms", "5000"])
+            .output()
+            .await
+            .unwrap()
+    };
+    let ready = probe(format!("{}/readyz", server.base)).await;
+    assert_eq!(ready.status.code(), Some(0), "{ready:?}");
+    let missing = probe(format!("{}/no-such-page", server.base)).await;
+    assert_eq!(missing.status.code(), Some(1), "{missing:?}");
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("404"));
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let gone = probe(format!("{}/readyz", server.base)).await;
+    assert_eq!(gone.status.code(), Some(1), "{gone:?}");
+}
