@@ -239,11 +239,6 @@ mod tests {
     fn own_rss_is_positive() {
         assert!(rss_bytes(std::process::id()).expect("own /proc status") > 0);
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
 
     /// The `baton` binary of the same workspace build (`target/<profile>/baton`,
     /// beside the `deps/` folder this test runs from); `BATON_TEST_BIN` overrides.
