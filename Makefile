@@ -28,7 +28,7 @@ cluster: build
 release: setup
 	$(CARGO) build --release --workspace
 
-test: setup test-rust test-openapi test-image test-loadtest test-chaos
+test: setup test-rust test-openapi test-image test-chart test-loadtest test-chaos
 
 test-rust:
 	$(CARGO) nextest run --workspace --no-fail-fast

@@ -147,11 +147,16 @@ def localize(container: dict[str, Any], *, pod: str, namespace: str, loopback: L
     env = resolve_env(container, pod=pod, namespace=namespace, secrets=secrets)
     mounts = {m["mountPath"].rstrip("/"): m["name"] for m in container.get("volumeMounts", [])}
 
+    # One pass over all mount paths (longest first): a replaced path is never
+    # rewritten again (a /tmp mount must not touch the new data directory).
+    mount_pattern = re.compile(
+        r"(^|=)(" + "|".join(re.escape(p) for p in sorted(mounts, key=len, reverse=True)) + r")(?=/|$|,)"
+    ) if mounts else None
+
     def local_paths(text: str) -> str:
-        for mount_path, volume in mounts.items():
-            pattern = re.compile(rf"(^|=){re.escape(mount_path)}(?=/|$|,)")
-            text = pattern.sub(lambda m: m.group(1) + str(volume_dir(pod, volume)), text)
-        return text
+        if mount_pattern is None:
+            return text
+        return mount_pattern.sub(lambda m: m.group(1) + str(volume_dir(pod, mounts[m.group(2)])), text)
 
     def local(text: str) -> str:
         return local_paths(loopback.rewrite(text, pod))

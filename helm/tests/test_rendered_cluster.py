@@ -177,7 +177,7 @@ def cluster(chart, tmp_path_factory):
             "binary": binary, "docs": docs, "loopback": loopback, "pods": pods, "api": api,
             "voters": voters, "proxy": proxy, "proxy_port": proxy_port, "app_pod": app_pod,
             "container": container, "proxy_container": proxy_container, "named_ports": named_ports,
-            "running": running, "secrets": secrets,
+            "running": running, "secrets": secrets, "workdir": workdir,
         }
     finally:
         running.stop_all()
@@ -191,6 +191,11 @@ def test_rewrite_keeps_every_flag_name(cluster):
         assert set(ports_in(process.argv)) <= set(cluster["loopback"].ports.values())
         assert not [a for a in process.argv if ".svc." in a]
         assert process.env["HOSTNAME"] == process.pod
+    data_dirs = [a.split("=", 1)[1] for p in cluster["voters"] for a in p.argv if a.startswith("--data-dir=")]
+    assert len(set(data_dirs)) == len(cluster["voters"]), data_dirs
+    for process, data_dir in zip(cluster["voters"], data_dirs):
+        # The pod's volume, in the test's temporary directory, one per pod.
+        assert Path(data_dir) == cluster["workdir"] / process.pod / "volumes" / "data"
     for process in cluster["voters"]:
         names = flag_names(process.argv)
         assert "--listen" in names and "--raft-listen" in names
@@ -213,7 +218,7 @@ def test_voters_form_one_cluster_with_ids_from_hostnames(cluster):
 def test_lock_cycle_through_the_rendered_sidecar(cluster):
     base = f"http://127.0.0.1:{cluster['proxy_port']}"
     status, lease = http("POST", f"{base}/v1/leases", {"ttl_ms": 15000, "holder": "chart-test"})
-    assert status == 200, lease
+    assert status == 201, lease  # created
     status, grant = http("POST", f"{base}/v1/locks/chart-test:acquire", {"lease_id": lease["lease_id"]})
     assert status == 200, grant
     assert grant["name"] == "chart-test" and isinstance(grant["token"], int) and grant["token"] > 0
@@ -282,3 +287,31 @@ def test_loopback_rewrite_rules():
     with pytest.raises(ValueError):
         lb.rewrite("http://other.ns.svc.cluster.local:80", "x")
     assert "0.0.0.0" in LOCAL_HOSTS
+
+
+def test_localize_env_paths_and_binary(tmp_path):
+    """The kubelet emulation in isolation: env sources, $(VAR), volumes, binary."""
+    ports = iter(range(41001, 41100))
+    lb = Loopback(cluster_domain="cluster.local", allocate=lambda: next(ports))
+    lb.add_pod("b-1", "b-1.h.ns.svc.cluster.local")
+    container = {
+        "name": "baton",
+        "command": [RENDERED_BINARY],
+        "args": ["serve", "--data-dir=/var/lib/baton", "--advertise-api=http://$(POD_NAME).h.ns.svc.cluster.local:7878",
+                 "--literal=$$(POD_NAME)", "--node-id-from-hostname"],
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+                {"name": "GREETING", "value": "hello $(POD_NAME)"}],
+        "volumeMounts": [{"name": "data", "mountPath": "/var/lib/baton"}, {"name": "tmp", "mountPath": "/tmp"}],
+    }
+    process = localize(container, pod="b-1", namespace="ns", loopback=lb, secrets={"s": {"k": "v"}},
+                       binary="/bin/baton-under-test", rendered_binary=RENDERED_BINARY,
+                       volume_dir=lambda pod, volume: tmp_path / pod / volume)
+    assert process.argv == ["/bin/baton-under-test", "serve", f"--data-dir={tmp_path}/b-1/data",
+                            "--advertise-api=http://127.0.0.1:41001", "--literal=$(POD_NAME)",
+                            "--node-id-from-hostname"]
+    assert process.env == {"HOSTNAME": "b-1", "POD_NAME": "b-1", "SECRET": "v", "GREETING": "hello b-1"}
+    assert flag_names(process.argv[1:]) == flag_names(process.rendered_args)
+    with pytest.raises(ValueError):
+        localize(dict(container, command=["/bin/other"]), pod="b-1", namespace="ns", loopback=lb, secrets={"s": {"k": "v"}},
+                 binary="x", rendered_binary=RENDERED_BINARY, volume_dir=lambda pod, volume: tmp_path)
