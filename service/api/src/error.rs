@@ -66,6 +66,10 @@ pub enum ApiError {
     /// An admin request without the cluster secret.
     #[error("membership changes need the cluster secret in the baton-cluster-secret header")]
     Unauthenticated,
+    /// An admin request to a node that has no admin credential configured: nobody
+    /// may make it, so membership is never open by default.
+    #[error("membership changes are disabled: this node has no --cluster-secret")]
+    AdminDisabled,
     /// No route for this path.
     #[error("no such endpoint: {0}")]
     RouteNotFound(String),
@@ -131,6 +135,7 @@ impl ApiError {
                 "unauthenticated",
                 "Unauthenticated",
             ),
+            ApiError::AdminDisabled => map(StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
             // Nobody reads this answer; 499 is the conventional log entry for it.
             ApiError::ClientGone => map(
                 StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),

@@ -1,7 +1,9 @@
 //! `/v1/cluster/members`: adding and removing nodes (admin).
 //!
 //! Until per-token auth exists, "admin" means presenting the cluster secret in the
-//! `baton-cluster-secret` header when the cluster has one.
+//! `baton-cluster-secret` header. A node without a cluster secret refuses every
+//! membership change (403): an open membership endpoint lets anyone add a voter
+//! that stops every write.
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use baton_raft::BatonNode;
@@ -42,8 +44,10 @@ pub struct MembershipChanged {
 }
 
 fn require_admin(state: &ApiState, http: &HttpRequest) -> Result<(), ApiError> {
-    let secret = state.node.config().cluster_secret.as_deref();
-    if baton_raft::secret_matches(http, secret) {
+    let Some(secret) = state.node.config().cluster_secret.as_deref() else {
+        return Err(ApiError::AdminDisabled);
+    };
+    if baton_raft::secret_matches(http, Some(secret)) {
         Ok(())
     } else {
         Err(ApiError::Unauthenticated)
@@ -63,16 +67,20 @@ fn checked_url(field: &str, url: &str) -> Result<(), ApiError> {
     }
 }
 
-/// Add a node: as a learner first, promoted to voter once it has caught up. Adding
-/// an existing member updates its addresses. Answers once the change is committed.
+/// Add a node: it must answer on its raft address; it joins as a learner and is
+/// promoted to voter once it has caught up (within 60 s, else it stays a learner
+/// and the request answers 409: repeat it to promote). Adding an existing member
+/// updates its addresses. Answers once the change is committed. Needs the cluster
+/// secret; a node without one refuses every membership change.
 #[utoipa::path(post, operation_id = "add_member", path = "/v1/cluster/members", tag = "cluster",
     request_body = AddMemberBody,
-    params(("baton-cluster-secret" = Option<String>, Header, description = "Required when the cluster has a secret")),
+    params(("baton-cluster-secret" = Option<String>, Header, description = "The cluster secret: required (a node without one refuses membership changes)")),
     responses(
         (status = 200, body = MembershipChanged),
         (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_body"),
         (status = 401, body = Problem, content_type = "application/problem+json", description = "unauthenticated"),
-        (status = 409, body = Problem, content_type = "application/problem+json", description = "membership_refused"),
+        (status = 403, body = Problem, content_type = "application/problem+json", description = "forbidden: this node has no cluster secret, so membership changes are disabled"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "membership_refused: the node does not answer on its raft address, has not caught up within 60 s (it stays a learner), or the change would alter the leader's own addresses"),
         (status = 503, body = Problem, content_type = "application/problem+json", description = "unavailable"),
     ))]
 pub async fn add(
@@ -83,6 +91,11 @@ pub async fn add(
     require_admin(&state, &http)?;
     let body = read_body(payload).await?;
     let input: AddMemberBody = parse_required_body(&body)?;
+    if input.id == 0 {
+        return Err(ApiError::InvalidBody(
+            "id must be at least 1 (node ids are the StatefulSet ordinal + 1)".into(),
+        ));
+    }
     checked_url("api_addr", &input.api_addr)?;
     checked_url("raft_addr", &input.raft_addr)?;
     let node = BatonNode {
@@ -99,10 +112,11 @@ pub async fn add(
 
 /// Remove a node from the cluster (voter or learner).
 #[utoipa::path(delete, operation_id = "remove_member", path = "/v1/cluster/members/{id}", tag = "cluster",
-    params(("id" = u64, Path), ("baton-cluster-secret" = Option<String>, Header, description = "Required when the cluster has a secret")),
+    params(("id" = u64, Path), ("baton-cluster-secret" = Option<String>, Header, description = "The cluster secret: required (a node without one refuses membership changes)")),
     responses(
         (status = 200, body = MembershipChanged),
         (status = 401, body = Problem, content_type = "application/problem+json", description = "unauthenticated"),
+        (status = 403, body = Problem, content_type = "application/problem+json", description = "forbidden: this node has no cluster secret, so membership changes are disabled"),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "member_not_found"),
         (status = 409, body = Problem, content_type = "application/problem+json", description = "membership_refused"),
         (status = 503, body = Problem, content_type = "application/problem+json", description = "unavailable"),

@@ -98,7 +98,7 @@ impl Node {
         }
     }
 
-    fn own_address(&self) -> BatonNode {
+    pub(crate) fn own_address(&self) -> BatonNode {
         BatonNode {
             api_addr: self.config.api_addr.clone(),
             raft_addr: self.config.raft_addr.clone(),

@@ -772,3 +772,69 @@ async fn failover_timing() {
         samples[samples.len() / 2]
     );
 }
+
+/// `POST /v1/cluster/members` as admin, with the cluster secret.
+async fn add_member(cluster: &Cluster, body: Value) -> (u16, Value) {
+    let response = cluster
+        .client
+        .post(format!("{}/v1/cluster/members", cluster.node(1).api))
+        .header("baton-cluster-secret", SECRET)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// Fuzzing (issue 16) found membership requests that stopped every later write (a
+/// voter that cannot be reached) or changed the leader's own addresses. Each is
+/// now a 4xx that changes nothing, and writes go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_requests_that_would_break_the_cluster_are_refused() {
+    let cluster = Cluster::start(1, &[]).await;
+    let before = cluster.view(1).await.unwrap()["members"].clone();
+
+    let (status, body) = add_member(
+        &cluster,
+        json!({"id": 0, "api_addr": "http://127.0.0.1:1", "raft_addr": "http://127.0.0.1:2"}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["code"], json!("invalid_body"));
+
+    // Nothing listens there: this node used to become a voter, and with two voters
+    // of which one is gone, no write could commit again.
+    let closed = free_port();
+    let (status, body) = add_member(
+        &cluster,
+        json!({"id": 7, "api_addr": format!("http://127.0.0.1:{closed}"),
+               "raft_addr": format!("http://127.0.0.1:{closed}")}),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["code"], json!("membership_refused"));
+    assert!(
+        body["detail"].as_str().unwrap().contains("does not answer"),
+        "{body}"
+    );
+
+    // The leader's own addresses come from its flags, not from a request.
+    let (status, body) = add_member(
+        &cluster,
+        json!({"id": 1, "api_addr": "http://127.0.0.1:29999", "raft_addr": "http://127.0.0.1:29998"}),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["code"], json!("membership_refused"));
+
+    assert_eq!(cluster.view(1).await.unwrap()["members"], before);
+    let (status, body) = cluster
+        .post(
+            1,
+            "/v1/locks/after-refused-members:acquire",
+            json!({"ttl_ms": 5000}),
+        )
+        .await;
+    assert_eq!(status, 200, "writes go on: {body}");
+}

@@ -257,3 +257,35 @@ async fn probe_exits_zero_only_on_a_2xx_answer() {
     let gone = probe(format!("{}/readyz", server.base)).await;
     assert_eq!(gone.status.code(), Some(1), "{gone:?}");
 }
+
+/// A node without a cluster secret has no admin credential, so nobody may change
+/// its membership (fuzzing added an unreachable voter through the open endpoint
+/// and every later write hung).
+#[tokio::test]
+async fn membership_changes_are_refused_without_a_cluster_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut server = start(dir.path(), port).await;
+    let client = reqwest::Client::new();
+    let (status, body) = call(
+        &client,
+        reqwest::Method::POST,
+        format!("{}/v1/cluster/members", server.base),
+        json!({"id": 2, "api_addr": "http://127.0.0.1:1", "raft_addr": "http://127.0.0.1:2"}),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["code"], json!("forbidden"));
+    let (status, body) = call(
+        &client,
+        reqwest::Method::DELETE,
+        format!("{}/v1/cluster/members/1", server.base),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    let cluster = harness::get_json(&client, &format!("{}/v1/cluster", server.base)).await;
+    assert_eq!(cluster["members"].as_array().unwrap().len(), 1, "{cluster}");
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+}
