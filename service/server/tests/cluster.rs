@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use harness::{call, free_port, Cluster, SECRET};
+use harness::{call, free_port, Cluster};
 use serde_json::{json, Value};
 
 /// Tries `f` until it answers `Some`, up to `tries` times 100 ms apart.
@@ -319,26 +319,17 @@ async fn a_fourth_node_joins_and_a_member_is_removed() {
     let url = format!("{}/v1/cluster/members/2", cluster.node(1).api);
     let response = cluster.client.delete(&url).send().await.unwrap();
     assert_eq!(response.status(), 401);
-    let missing = format!("{}/v1/cluster/members/99", cluster.node(1).api);
-    let response = cluster
-        .client
-        .delete(&missing)
-        .header("baton-cluster-secret", SECRET)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 404);
-    let body: Value = response.json().await.unwrap();
+    let delete = reqwest::Method::DELETE;
+    let (status, body) = cluster
+        .admin(1, delete.clone(), "/v1/cluster/members/99", None)
+        .await;
+    assert_eq!(status, 404, "{body}");
     assert_eq!(body["code"], json!("member_not_found"));
 
-    let response = cluster
-        .client
-        .delete(&url)
-        .header("baton-cluster-secret", SECRET)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    let (status, body) = cluster
+        .admin(1, delete, "/v1/cluster/members/2", None)
+        .await;
+    assert_eq!(status, 200, "{body}");
     // The joiner's own view follows once it has applied the change.
     let removed = eventually(100, || async {
         let view = cluster.view(joiner).await?;
@@ -773,18 +764,12 @@ async fn failover_timing() {
     );
 }
 
-/// `POST /v1/cluster/members` as admin, with the cluster secret.
+/// `POST /v1/cluster/members` to node 1 as admin.
 async fn add_member(cluster: &Cluster, body: Value) -> (u16, Value) {
-    let response = cluster
-        .client
-        .post(format!("{}/v1/cluster/members", cluster.node(1).api))
-        .header("baton-cluster-secret", SECRET)
-        .json(&body)
-        .send()
+    let post = reqwest::Method::POST;
+    cluster
+        .admin(1, post, "/v1/cluster/members", Some(body))
         .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
 }
 
 /// Fuzzing (issue 16) found membership requests that stopped every later write (a

@@ -338,6 +338,22 @@ impl Cluster {
         call(&self.client, &self.node(id).api, method, path, body).await
     }
 
+    /// An admin request (membership) to node `id`, with the cluster secret.
+    pub async fn admin(
+        &self,
+        id: u64,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let url = format!("{}{path}", self.node(id).api);
+        let request = self
+            .client
+            .request(method, url)
+            .header("baton-cluster-secret", SECRET);
+        send(request, body).await
+    }
+
     /// `POST path` with a JSON body on node `id`.
     pub async fn post(&self, id: u64, path: &str, body: Value) -> (u16, Value) {
         self.call(id, reqwest::Method::POST, path, Some(body)).await
@@ -396,7 +412,12 @@ pub async fn call(
     path: &str,
     body: Option<Value>,
 ) -> (u16, Value) {
-    let mut request = client.request(method, format!("{base}{path}"));
+    send(client.request(method, format!("{base}{path}")), body).await
+}
+
+/// Sends `request` with `body` as JSON: (status, JSON body or Null). Transport
+/// errors are 0.
+async fn send(mut request: reqwest::RequestBuilder, body: Option<Value>) -> (u16, Value) {
     if let Some(body) = body {
         request = request.json(&body);
     }
