@@ -22,7 +22,7 @@ const REACH_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a learner may take to catch up before the request answers that it
 /// stays a learner (a snapshot of a large state takes seconds; the caller repeats
 /// the request to promote it later).
-pub(crate) const CATCH_UP_DEADLINE: Duration = Duration::from_secs(60);
+const CATCH_UP_DEADLINE: Duration = Duration::from_secs(60);
 
 type WriteResult =
     Result<ClientWriteResponse<TypeConfig>, RaftError<u64, ClientWriteError<u64, BatonNode>>>;
