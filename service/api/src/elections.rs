@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use crate::auth::{Caller, Kind};
 use crate::error::{ApiError, Problem};
 use crate::locks::checked_wait;
 use crate::request::{
@@ -154,12 +155,14 @@ fn not_elected(state: &ApiState, name: &str) -> ApiError {
     ))]
 pub async fn campaign(
     state: web::Data<ApiState>,
+    caller: Caller,
     http: HttpRequest,
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(payload).await?;
     let name = checked_name(&path)?;
+    caller.require(Kind::Election, &name)?;
     let input: CampaignBody = parse_required_body(&body)?;
     let wait_ms = checked_wait(&state, input.wait_ms)?;
     let lease = lease_ref(&state, input.lease_id.as_deref(), input.ttl_ms)?;
@@ -212,12 +215,14 @@ pub async fn campaign(
     ))]
 pub async fn proclaim(
     state: web::Data<ApiState>,
+    caller: Caller,
     http: HttpRequest,
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(payload).await?;
     let name = checked_name(&path)?;
+    caller.require(Kind::Election, &name)?;
     let input: ProclaimBody = parse_required_body(&body)?;
     let lease_id = parse_lease_id(&input.lease_id)?;
     let command = Command::Proclaim {
@@ -254,12 +259,14 @@ pub async fn proclaim(
     ))]
 pub async fn resign(
     state: web::Data<ApiState>,
+    caller: Caller,
     http: HttpRequest,
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(payload).await?;
     let name = checked_name(&path)?;
+    caller.require(Kind::Election, &name)?;
     let input: ResignBody = parse_required_body(&body)?;
     let lease_id = parse_lease_id(&input.lease_id)?;
     let command = Command::Resign {
@@ -284,10 +291,12 @@ pub async fn resign(
     ))]
 pub async fn get(
     state: web::Data<ApiState>,
+    caller: Caller,
     path: web::Path<String>,
     query: web::Query<ReadQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let name = checked_name(&path)?;
+    caller.require(Kind::Election, &name)?;
     settle_read(&state, &query).await?;
     let (view, revision) = state.node.read(|sm| (sm.election(&name), sm.revision()));
     let view = view.ok_or(ApiError::NoLeader)?;

@@ -63,12 +63,18 @@ pub enum ApiError {
     /// The client closed its connection while its request waited.
     #[error("the client went away")]
     ClientGone,
-    /// An admin request without the cluster secret.
-    #[error("membership changes need the cluster secret in the baton-cluster-secret header")]
-    Unauthenticated,
+    /// No valid credential: no token, an unknown token, or (membership) no
+    /// cluster secret.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// A valid credential without the right to do this.
+    #[error("{0}")]
+    Forbidden(String),
     /// An admin request to a node that has no admin credential configured: nobody
     /// may make it, so membership is never open by default.
-    #[error("membership changes are disabled: this node has no --cluster-secret")]
+    #[error(
+        "membership changes are disabled: this node has neither --cluster-secret nor --auth-file"
+    )]
     AdminDisabled,
     /// No route for this path.
     #[error("no such endpoint: {0}")]
@@ -130,7 +136,8 @@ impl ApiError {
             ApiError::RouteNotFound(_) => {
                 map(StatusCode::NOT_FOUND, "route_not_found", "No such endpoint")
             }
-            ApiError::Unauthenticated => map(
+            ApiError::Forbidden(_) => map(StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
+            ApiError::Unauthenticated(_) => map(
                 StatusCode::UNAUTHORIZED,
                 "unauthenticated",
                 "Unauthenticated",
@@ -164,6 +171,7 @@ impl ApiError {
                     map(StatusCode::NOT_FOUND, "lease_not_found", "Lease not found")
                 }
                 // 128 random bits collided: a retry draws new ones.
+                C::LeaseNotOwned => map(StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
                 C::LeaseExists => map(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Retry"),
                 C::LockHeld { .. } => map(StatusCode::CONFLICT, "lock_held", "Lock is held"),
                 C::LockLost { .. } => map(StatusCode::CONFLICT, "lock_lost", "Lock lost"),
@@ -295,6 +303,9 @@ impl ResponseError for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         ));
+        if let ApiError::Unauthenticated(_) = self {
+            response.insert_header((header::WWW_AUTHENTICATE, "Bearer realm=\"baton\""));
+        }
         if let Some(after) = self.retry_after() {
             response.insert_header((header::RETRY_AFTER, after.as_secs().max(1).to_string()));
         }

@@ -7,6 +7,7 @@ use baton_core::{Command, Reply};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::auth::Caller;
 use crate::error::{ApiError, Problem};
 use crate::request::{parse_body, parse_lease_id, read_body};
 use crate::respond::{applied, propose, unexpected, Answer};
@@ -136,9 +137,11 @@ pub async fn create(
     ))]
 pub async fn keepalive(
     state: web::Data<ApiState>,
+    caller: Caller,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let lease_id = parse_lease_id(&path)?;
+    caller.require_lease(&state, lease_id)?;
     let ttl_ms = state
         .node
         .keep_alive(lease_id)
@@ -164,10 +167,12 @@ pub async fn keepalive(
     ))]
 pub async fn get(
     state: web::Data<ApiState>,
+    caller: Caller,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let lease_id = parse_lease_id(&path)?;
     state.node.linearizable().await?;
+    caller.require_lease(&state, lease_id)?;
     let (view, revision) = state.node.read(|sm| (sm.lease(lease_id), sm.revision()));
     let view = view.ok_or(ApiError::Core(baton_core::CoreError::LeaseNotFound))?;
     let remaining_ms = state

@@ -4,6 +4,7 @@
 //! handlers (kept thin), utoipa schemas for the OpenAPI document, and
 //! `application/problem+json` errors from one table ([`error::ApiError`]).
 
+pub mod auth;
 pub mod cluster;
 mod disconnect;
 mod docs;

@@ -7,10 +7,11 @@ use baton_raft::{Node, QueueKind, WaitEnd, Waited};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::auth::{Caller, Kind};
 use crate::error::{ApiError, Problem};
 use crate::request::{
     checked_name, idempotency_key, next_page_token, parse_body, parse_lease_id,
-    parse_required_body, read_body, settle_read, ListQuery, ReadQuery,
+    parse_required_body, read_body, settle_read, visible_page, ListQuery, ReadQuery,
 };
 use crate::respond::{applied, lease_ref, propose, propose_waiting, unexpected, Answer};
 use crate::state::ApiState;
@@ -185,10 +186,12 @@ pub async fn acquire(
     state: web::Data<ApiState>,
     http: HttpRequest,
     path: web::Path<String>,
+    caller: Caller,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(payload).await?;
     let name = checked_name(&path)?;
+    caller.require(Kind::Lock, &name)?;
     let input: AcquireBody = parse_body(&body)?;
     let wait_ms = checked_wait(&state, input.wait_ms)?;
     let lease = lease_ref(&state, input.lease_id.as_deref(), input.ttl_ms)?;
@@ -246,14 +249,17 @@ pub async fn acquire(
     ))]
 pub async fn renew(
     state: web::Data<ApiState>,
+    caller: Caller,
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(payload).await?;
     let name = checked_name(&path)?;
+    caller.require(Kind::Lock, &name)?;
     let input: HolderBody = parse_required_body(&body)?;
     let lease_id = parse_lease_id(&input.lease_id)?;
     state.node.linearizable().await?;
+    caller.require_lease(&state, lease_id)?;
     state
         .node
         .read(|sm| sm.check_lock_holder(&name, lease_id, input.token))?;
@@ -288,11 +294,13 @@ pub async fn renew(
 pub async fn release(
     state: web::Data<ApiState>,
     http: HttpRequest,
+    caller: Caller,
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(payload).await?;
     let name = checked_name(&path)?;
+    caller.require(Kind::Lock, &name)?;
     let input: HolderBody = parse_required_body(&body)?;
     let lease_id = parse_lease_id(&input.lease_id)?;
     let command = Command::Release {
@@ -322,11 +330,13 @@ pub async fn release(
     responses((status = 200, body = Validation)))]
 pub async fn validate(
     state: web::Data<ApiState>,
+    caller: Caller,
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(payload).await?;
     let name = checked_name(&path)?;
+    caller.require(Kind::Lock, &name)?;
     let input: ValidateBody = parse_required_body(&body)?;
     state.node.linearizable().await?;
     let ((valid, current_token), revision) = state
@@ -354,8 +364,10 @@ pub async fn get(
     state: web::Data<ApiState>,
     path: web::Path<String>,
     query: web::Query<ReadQuery>,
+    caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
     let name = checked_name(&path)?;
+    caller.require(Kind::Lock, &name)?;
     settle_read(&state, &query).await?;
     let (view, revision) = state.node.read(|sm| (sm.lock(&name), sm.revision()));
     Ok(Answer::ok(LockInfo::from(view), revision).into_response())
@@ -371,14 +383,19 @@ pub async fn get(
 pub async fn list(
     state: web::Data<ApiState>,
     query: web::Query<ListQuery>,
+    caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
     let limit = query.limit()?;
     let after = query.after()?;
     settle_read(&state, &query.read()).await?;
     let prefix = query.prefix.clone().unwrap_or_default();
-    let (views, revision) = state
-        .node
-        .read(|sm| (sm.locks(&prefix, after.as_deref(), limit), sm.revision()));
+    let (views, revision) = state.node.read(|sm| {
+        let fetch = |after: Option<&str>, n| sm.locks(&prefix, after, n);
+        let page = visible_page(&caller, Kind::Lock, &prefix, after, limit, fetch, |v| {
+            &v.name
+        });
+        (page, sm.revision())
+    });
     let next_page_token =
         next_page_token(views.last().map(|v| v.name.as_str()), views.len(), limit);
     let items = views.into_iter().map(LockInfo::from).collect();

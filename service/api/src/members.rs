@@ -44,13 +44,26 @@ pub struct MembershipChanged {
 }
 
 fn require_admin(state: &ApiState, http: &HttpRequest) -> Result<(), ApiError> {
-    let Some(secret) = state.node.config().cluster_secret.as_deref() else {
+    let caller = crate::auth::Caller::of(http);
+    if caller.is_admin() {
+        return Ok(());
+    }
+    let secret = state.node.config().cluster_secret.as_deref();
+    if secret.is_some() && baton_raft::secret_matches(http, secret) {
+        return Ok(());
+    }
+    if secret.is_none() && state.auth.is_none() {
         return Err(ApiError::AdminDisabled);
-    };
-    if baton_raft::secret_matches(http, Some(secret)) {
-        Ok(())
-    } else {
-        Err(ApiError::Unauthenticated)
+    }
+    match caller.name() {
+        Some(name) => Err(ApiError::Forbidden(format!(
+            "principal '{name}' is not an admin"
+        ))),
+        None => Err(ApiError::Unauthenticated(
+            "membership changes need an admin token or the cluster secret \
+             (baton-cluster-secret header)"
+                .into(),
+        )),
     }
 }
 

@@ -8,10 +8,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use crate::auth::{Caller, Kind};
 use crate::error::{ApiError, Problem};
 use crate::request::{
     checked_name, next_page_token, parse_lease_id, parse_required_body, read_body, settle_read,
-    ListQuery, ReadQuery,
+    visible_page, ListQuery, ReadQuery,
 };
 use crate::respond::{applied, lease_ref, propose, unexpected, Answer};
 use crate::state::ApiState;
@@ -111,11 +112,13 @@ pub struct NamePage {
 pub async fn register(
     state: web::Data<ApiState>,
     http: HttpRequest,
+    caller: Caller,
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(payload).await?;
     let name = checked_name(&path)?;
+    caller.require(Kind::Name, &name)?;
     let input: RegisterBody = parse_required_body(&body)?;
     let lease = lease_ref(&state, input.lease_id.as_deref(), input.ttl_ms)?;
     let command = Command::Register {
@@ -161,8 +164,10 @@ pub async fn get(
     state: web::Data<ApiState>,
     path: web::Path<String>,
     query: web::Query<ReadQuery>,
+    caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
     let name = checked_name(&path)?;
+    caller.require(Kind::Name, &name)?;
     settle_read(&state, &query).await?;
     let (view, revision) = state.node.read(|sm| (sm.name(&name), sm.revision()));
     let view = view.ok_or(ApiError::Core(CoreError::NotFound))?;
@@ -181,11 +186,13 @@ pub async fn get(
 pub async fn unregister(
     state: web::Data<ApiState>,
     http: HttpRequest,
+    caller: Caller,
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(payload).await?;
     let name = checked_name(&path)?;
+    caller.require(Kind::Name, &name)?;
     let input: UnregisterBody = parse_required_body(&body)?;
     // A malformed id owns nothing: the name's absence (404) or ownership (409)
     // decides the answer, as for any other wrong id.
@@ -210,14 +217,19 @@ pub async fn unregister(
 pub async fn list(
     state: web::Data<ApiState>,
     query: web::Query<ListQuery>,
+    caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
     let limit = query.limit()?;
     let after = query.after()?;
     settle_read(&state, &query.read()).await?;
     let prefix = query.prefix.clone().unwrap_or_default();
-    let (views, revision) = state
-        .node
-        .read(|sm| (sm.names(&prefix, after.as_deref(), limit), sm.revision()));
+    let (views, revision) = state.node.read(|sm| {
+        let fetch = |after: Option<&str>, n| sm.names(&prefix, after, n);
+        let page = visible_page(&caller, Kind::Name, &prefix, after, limit, fetch, |v| {
+            &v.name
+        });
+        (page, sm.revision())
+    });
     let next_page_token =
         next_page_token(views.last().map(|v| v.name.as_str()), views.len(), limit);
     let items = views.into_iter().map(NameInfo::from).collect();

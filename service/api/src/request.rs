@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
+use crate::auth::{Caller, Kind};
 use crate::error::ApiError;
 use crate::state::ApiState;
 
@@ -78,8 +79,10 @@ pub fn idempotency_key(
     }
     let method = request.method().as_str().as_bytes();
     let path = request.path().as_bytes();
+    // Keyed per principal: a replay never crosses principals.
+    let caller = crate::auth::Caller::of(request);
     Ok(Some(IdempotencyKey {
-        principal: String::new(),
+        principal: caller.name().unwrap_or_default().to_owned(),
         key: key.to_owned(),
         fingerprint: fingerprint(&[method, path, body]),
     }))
@@ -158,6 +161,39 @@ impl ListQuery {
             .as_deref()
             .map(decode_page_token)
             .transpose()
+    }
+}
+
+/// One page of a list, with only the names `caller` may see of `kind`:
+/// `fetch(after, n)` lists up to `n` entries after a name, and entries the caller
+/// may not see are skipped, fetching on until the page is full or the list ends.
+pub fn visible_page<T>(
+    caller: &Caller,
+    kind: Kind,
+    prefix: &str,
+    after: Option<String>,
+    limit: usize,
+    fetch: impl Fn(Option<&str>, usize) -> Vec<T>,
+    name_of: impl Fn(&T) -> &String,
+) -> Vec<T> {
+    if caller.may_all_under(kind, prefix) {
+        return fetch(after.as_deref(), limit);
+    }
+    let mut page = Vec::new();
+    let mut cursor = after;
+    loop {
+        let batch = fetch(cursor.as_deref(), limit);
+        let ended = batch.len() < limit;
+        cursor = batch.last().map(|entry| name_of(entry).clone());
+        page.extend(
+            batch
+                .into_iter()
+                .filter(|entry| caller.may(kind, name_of(entry))),
+        );
+        if page.len() >= limit || ended || cursor.is_none() {
+            page.truncate(limit);
+            return page;
+        }
     }
 }
 

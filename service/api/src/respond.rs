@@ -102,7 +102,7 @@ pub async fn propose(
 ) -> Result<Outcome, ApiError> {
     let request = Request {
         idempotency: idempotency_key(http, body)?,
-        command,
+        command: crate::auth::Caller::of(http).command(command)?,
     };
     Ok(state.node.propose(request).await?)
 }
@@ -143,6 +143,10 @@ pub async fn propose_waiting(
     waiter: Option<baton_core::WaiterId>,
     wait_ms: u64,
 ) -> Result<baton_raft::Waited, ApiError> {
+    let request = Request {
+        command: crate::auth::Caller::of(http).command(request.command)?,
+        ..request
+    };
     let Some(waiter) = waiter else {
         return Ok(baton_raft::Waited::Immediate(
             state.node.propose(request).await?,

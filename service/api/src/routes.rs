@@ -2,7 +2,7 @@
 
 use actix_web::dev::{Service, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 
 use crate::error::ApiError;
 use crate::respond::REVISION_HEADER;
@@ -30,6 +30,7 @@ fn path_error(error: actix_web::error::PathError, _: &HttpRequest) -> actix_web:
 pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg: &mut web::ServiceConfig| {
         let revision_state = state.clone();
+        let auth = state.auth.clone();
         cfg.app_data(web::Data::new(state))
             .app_data(web::QueryConfig::default().error_handler(query_error))
             .app_data(web::PathConfig::default().error_handler(path_error))
@@ -48,6 +49,28 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                                 }
                             }
                             Ok(response)
+                        }
+                    })
+                    // Outermost: decides who the caller is before any handler runs.
+                    .wrap_fn(move |request, service| {
+                        let admitted = match &auth {
+                            Some(auth) => auth.admit(request.request()),
+                            None => Ok(None),
+                        };
+                        let call = match admitted {
+                            Ok(caller) => {
+                                if let Some(caller) = caller {
+                                    request.extensions_mut().insert(caller);
+                                }
+                                Ok(service.call(request))
+                            }
+                            Err(refusal) => Err(request.error_response(ApiError::from(refusal))),
+                        };
+                        async move {
+                            match call {
+                                Ok(call) => call.await,
+                                Err(refused) => Ok(refused),
+                            }
                         }
                     })
                     .route("/healthz", web::get().to(cluster::healthz))

@@ -29,4 +29,6 @@ pub struct ApiState {
     pub node: Arc<Node>,
     /// API settings.
     pub settings: ApiSettings,
+    /// The auth file in force; `None` when auth is off.
+    pub auth: Option<Arc<crate::auth::Authenticator>>,
 }

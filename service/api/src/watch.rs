@@ -20,6 +20,7 @@ use serde::Deserialize;
 use serde_json::json;
 use utoipa::IntoParams;
 
+use crate::auth::{Caller, Kind};
 use crate::error::{ApiError, Problem};
 use crate::request::checked_name;
 use crate::respond::REVISION_HEADER;
@@ -59,10 +60,13 @@ pub struct ObserveQuery {
     pub bookmark_ms: Option<u64>,
 }
 
-/// Who a stream counts against (watch quotas). There is no authentication yet,
-/// so this is the client's IP address as seen on the socket (never a header a
-/// client could set). Behind a proxy, every client of that proxy shares it.
+/// Who a stream counts against (watch quotas): the principal when auth is on,
+/// else the client's IP address as seen on the socket (never a header a client
+/// could set; behind a proxy, every client of that proxy shares it).
 fn principal(request: &HttpRequest) -> String {
+    if let Some(name) = Caller::of(request).name() {
+        return format!("principal:{name}");
+    }
     request
         .peer_addr()
         .map(|addr| addr.ip().to_string())
@@ -147,6 +151,12 @@ pub async fn watch(
 ) -> Result<HttpResponse, ApiError> {
     let kinds = parse_kinds(query.kinds.as_deref())?;
     let filter = WatchFilter::new(&kinds, query.prefix.clone());
+    // A principal sees only events of names under its watch prefixes (and no
+    // lease events, which carry other principals' holders).
+    let filter = match Caller::of(&request).watch_prefixes() {
+        Some(allowed) => filter.within(allowed),
+        None => filter,
+    };
     let since = start_revision(&request, query.since)?;
     let interval = bookmark_interval(&state, query.bookmark_ms)?;
     open(&state, &request, since, filter, interval)
@@ -176,6 +186,7 @@ pub async fn observe(
     query: web::Query<ObserveQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let name = checked_name(&path)?;
+    Caller::of(&request).require(Kind::Election, &name)?;
     let since = start_revision(&request, query.since)?;
     let interval = bookmark_interval(&state, query.bookmark_ms)?;
     open(

@@ -3,6 +3,9 @@
 
 mod support;
 
+#[path = "api/auth.rs"]
+mod auth;
+
 use std::time::Duration;
 
 use actix_web::test::TestRequest;

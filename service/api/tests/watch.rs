@@ -648,3 +648,45 @@ async fn streams_end_when_the_server_stops() {
         .unwrap();
     assert_eq!((refused.status, refused.code()), (503, "unavailable"));
 }
+
+#[actix_web::test]
+async fn a_principal_watches_only_names_under_its_watch_prefixes() {
+    use support::{app_with_auth, auth_file, bearer, send, ADMIN_TOKEN, BILLING_TOKEN};
+    let node = start_node().await;
+    let (app, _, _) = app_with_auth(&node, &auth_file()).await;
+    let stream = |token: &str| open(&app, bearer(TestRequest::get().uri("/v1/watch"), token));
+    let mut billing = stream(BILLING_TOKEN)
+        .await
+        .unwrap_or_else(|r| panic!("{} {:?}", r.status, r.body));
+    let mut admin = stream(ADMIN_TOKEN)
+        .await
+        .unwrap_or_else(|r| panic!("{} {:?}", r.status, r.body));
+    for name in ["payroll/run", "billing/nightly", "ops/x"] {
+        let acquire = TestRequest::post().uri(&format!("/v1/locks/{name}:acquire"));
+        let reply = send(&app, bearer(acquire, ADMIN_TOKEN)).await;
+        assert_eq!(reply.status, 200, "{:?}", reply.body);
+    }
+    let last = send(
+        &app,
+        bearer(TestRequest::get().uri("/v1/locks/ops/x"), ADMIN_TOKEN),
+    )
+    .await;
+    let until = last.body["token"].as_u64().unwrap();
+    let seen = |events: Vec<SseEvent>| -> Vec<String> {
+        events
+            .iter()
+            .map(|e| format!("{} {}", e.event, e.data["name"].as_str().unwrap_or("-")))
+            .collect()
+    };
+    // Each acquire without a lease creates one (a lease event, no name): billing
+    // sees neither those nor other principals' names.
+    let billing_saw = seen(billing.changes_until(until).await);
+    assert_eq!(billing_saw, ["lock.acquired billing/nightly"]);
+    let admin_saw = seen(admin.changes_until(until).await);
+    assert_eq!(
+        admin_saw.iter().filter(|e| e.starts_with("lock.")).count(),
+        3,
+        "{admin_saw:?}"
+    );
+    assert!(admin_saw.iter().any(|e| e.starts_with("lease.created")));
+}

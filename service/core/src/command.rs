@@ -194,6 +194,16 @@ pub enum Command {
     /// runs these rules first; `Tick` is the command that does nothing else, which
     /// the leader proposes when [`crate::StateMachine::next_timer_ms`] comes.
     Tick,
+    /// A command sent by an authenticated principal (auth on): the state machine
+    /// records the principal as the owner of any lease the command creates, and
+    /// refuses the command if it presents a lease another principal owns. Added
+    /// after every other variant so that logs written before it decode unchanged.
+    AsPrincipal {
+        /// The principal's name from the auth file.
+        principal: String,
+        /// What it asks for (never another `AsPrincipal`).
+        command: Box<Command>,
+    },
 }
 
 impl Command {
@@ -209,7 +219,39 @@ impl Command {
                 LeaseRef::New { lease_id, ttl_ms } => Some((*lease_id, *ttl_ms)),
                 LeaseRef::Existing(_) => None,
             },
+            Command::AsPrincipal { command, .. } => command.created_lease(),
             _ => None,
+        }
+    }
+
+    /// The existing lease this command acts through, if any: the lease whose owner
+    /// must be the caller. Expiry is the leader's doing, not a caller's.
+    pub fn presented_lease(&self) -> Option<LeaseId> {
+        match self {
+            Command::RevokeLease { lease_id }
+            | Command::Release { lease_id, .. }
+            | Command::Proclaim { lease_id, .. }
+            | Command::Resign { lease_id, .. }
+            | Command::Unregister { lease_id, .. } => Some(*lease_id),
+            Command::Acquire { lease, .. }
+            | Command::Campaign { lease, .. }
+            | Command::Register { lease, .. } => match lease {
+                LeaseRef::Existing(id) => Some(*id),
+                LeaseRef::New { .. } => None,
+            },
+            Command::AsPrincipal { command, .. } => command.presented_lease(),
+            _ => None,
+        }
+    }
+
+    /// Wraps the command as sent by `principal`; `None` (auth off) leaves it as is.
+    pub fn by(self, principal: Option<&str>) -> Command {
+        match principal {
+            Some(principal) => Command::AsPrincipal {
+                principal: principal.to_owned(),
+                command: Box::new(self),
+            },
+            None => self,
         }
     }
 }

@@ -51,6 +51,9 @@ pub enum CoreError {
     /// No such lease (never existed, revoked or expired).
     #[error("lease not found")]
     LeaseNotFound,
+    /// The lease belongs to another principal (auth on).
+    #[error("the lease belongs to another principal")]
+    LeaseNotOwned,
     /// A lease with this id already exists (a proposer's id collision).
     #[error("lease already exists")]
     LeaseExists,

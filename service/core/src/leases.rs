@@ -69,6 +69,7 @@ impl StateMachine {
         let Some(lease) = self.leases.remove(&lease_id) else {
             return Released::default();
         };
+        self.lease_owners.remove(&lease_id);
         self.emit(
             events,
             EventKind::LeaseEnded {

@@ -56,9 +56,13 @@ pub struct StateMachine {
     /// Locks in lock delay, by the time the delay ends.
     pub(crate) delayed: BTreeSet<(u64, String)>,
     pub(crate) idempotency: IdempotencyTable,
-    /// Names the cluster; set once by the first `SetClusterId` applied. Last field:
-    /// format-1 snapshots (which lack it) decode by appending `None`.
+    /// Names the cluster; set once by the first `SetClusterId` applied. Format-1
+    /// snapshots (which lack it) decode by appending `None`.
     pub(crate) cluster_id: Option<String>,
+    /// The principal that created each lease, for leases created with auth on.
+    /// Kept apart from [`Lease`] so that format-2 snapshots decode by appending an
+    /// empty map. Last field.
+    pub(crate) lease_owners: BTreeMap<LeaseId, String>,
 }
 
 impl StateMachine {
@@ -238,6 +242,9 @@ impl StateMachine {
             Command::Unregister { name, lease_id } => self.unregister(name, *lease_id, events),
             // Time-driven rules already ran in `apply`.
             Command::Tick => Ok(Reply::Ticked),
+            Command::AsPrincipal { principal, command } => {
+                self.execute_as(ctx, principal, command, idempotency, events)
+            }
             // Metadata, not a state change of any lock: no revision.
             Command::SetClusterId { cluster_id } => {
                 let kept = self.cluster_id.get_or_insert_with(|| cluster_id.clone());
@@ -246,6 +253,31 @@ impl StateMachine {
                 })
             }
         }
+    }
+
+    /// Runs `command` for `principal`: refused when it presents a lease another
+    /// principal owns; any lease it creates is recorded as the principal's.
+    fn execute_as(
+        &mut self,
+        ctx: &ApplyContext,
+        principal: &str,
+        command: &Command,
+        idempotency: Option<(String, String)>,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        if matches!(command, Command::AsPrincipal { .. }) {
+            return Err(CoreError::LeaseNotOwned);
+        }
+        if let Some(lease_id) = command.presented_lease() {
+            self.check_lease_owner(lease_id, Some(principal))?;
+        }
+        let reply = self.execute(ctx, command, idempotency, events)?;
+        if let Some((lease_id, _)) = command.created_lease() {
+            if self.leases.contains_key(&lease_id) {
+                self.lease_owners.insert(lease_id, principal.to_owned());
+            }
+        }
+        Ok(reply)
     }
 
     /// Records one state change and returns its revision.

@@ -4,7 +4,7 @@ use crate::machine::StateMachine;
 
 /// The snapshot format this build writes. Readers accept every version listed in
 /// [`StateMachine::from_snapshot`].
-pub const SNAPSHOT_FORMAT: u8 = 2;
+pub const SNAPSHOT_FORMAT: u8 = 3;
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -13,7 +13,7 @@ pub enum SnapshotError {
     #[error("snapshot is empty")]
     Empty,
     /// Written by a newer (or unknown) format.
-    #[error("snapshot format {0} is not supported by this build (it reads formats 1 and 2)")]
+    #[error("snapshot format {0} is not supported by this build (it reads formats 1 to 3)")]
     UnsupportedFormat(u8),
     /// The bytes do not decode.
     #[error("snapshot is corrupt: {0}")]
@@ -36,14 +36,15 @@ impl StateMachine {
     pub fn from_snapshot(bytes: &[u8]) -> Result<StateMachine, SnapshotError> {
         let (&format, body) = bytes.split_first().ok_or(SnapshotError::Empty)?;
         match format {
-            // Format 1 is format 2 without the trailing `cluster_id`: postcard
-            // writes `None` as one zero byte.
-            1 => {
+            // Each format adds one trailing field to the one before: format 1
+            // lacks `cluster_id` (`None`), format 2 lacks `lease_owners` (an empty
+            // map). postcard writes either as one zero byte.
+            1 | 2 => {
                 let mut padded = body.to_vec();
-                padded.push(0);
+                padded.resize(body.len() + usize::from(3 - format), 0);
                 Ok(postcard::from_bytes(&padded)?)
             }
-            2 => Ok(postcard::from_bytes(body)?),
+            3 => Ok(postcard::from_bytes(body)?),
             other => Err(SnapshotError::UnsupportedFormat(other)),
         }
     }

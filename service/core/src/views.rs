@@ -188,6 +188,20 @@ impl StateMachine {
         Some(view)
     }
 
+    /// Checks that `principal` may act through `lease_id`: leases created with auth
+    /// off have no owner and serve anyone; `None` (auth off) passes every lease.
+    /// An unknown lease passes too: whatever uses it then finds it missing.
+    pub fn check_lease_owner(
+        &self,
+        lease_id: LeaseId,
+        principal: Option<&str>,
+    ) -> Result<(), CoreError> {
+        match (principal, self.lease_owners.get(&lease_id)) {
+            (Some(principal), Some(owner)) if owner != principal => Err(CoreError::LeaseNotOwned),
+            _ => Ok(()),
+        }
+    }
+
     /// The TTL of a live lease.
     pub fn lease_ttl_ms(&self, lease_id: LeaseId) -> Option<u64> {
         self.leases.get(&lease_id).map(|l| l.ttl_ms)

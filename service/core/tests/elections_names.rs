@@ -381,9 +381,11 @@ fn the_first_cluster_id_stands_and_survives_snapshots_of_either_format() {
     let holder = d.create_lease(1);
     d.grant("before-id", holder);
     let format1 = {
-        // A format-1 snapshot is today's encoding minus the trailing `None`.
+        // A format-1 snapshot is today's encoding minus the trailing empty
+        // `lease_owners` and `None` cluster id.
         let mut bytes = d.sm.to_snapshot();
-        assert_eq!(bytes.pop(), Some(0), "cluster_id None is the last byte");
+        assert_eq!(bytes.pop(), Some(0), "empty lease_owners is the last byte");
+        assert_eq!(bytes.pop(), Some(0), "cluster_id None comes before it");
         bytes[0] = 1;
         bytes
     };
@@ -409,6 +411,14 @@ fn the_first_cluster_id_stands_and_survives_snapshots_of_either_format() {
     assert_eq!(d.sm.revision(), revision, "metadata, not a state change");
     let twin = StateMachine::from_snapshot(&d.sm.to_snapshot()).expect("restores");
     assert_eq!(twin.cluster_id(), Some("first"));
+
+    // Format 2 is today's encoding minus the trailing empty `lease_owners`.
+    let mut format2 = d.sm.to_snapshot();
+    assert_eq!(format2.pop(), Some(0));
+    format2[0] = 2;
+    let old = StateMachine::from_snapshot(&format2).expect("format 2 still reads");
+    assert_eq!(old, d.sm);
+    assert_eq!(old.cluster_id(), Some("first"));
 }
 
 #[test]

@@ -604,3 +604,136 @@ fn a_lock_whose_delay_passed_is_handed_on_by_the_next_command_of_any_kind() {
     assert_eq!(out.result, Err(CoreError::LeaseNotFound));
     assert_eq!(grants(&out), [("db".into(), b, out.revision, Some(wb))]);
 }
+
+// Leases and principals (auth on): a lease belongs to the principal that created
+// it, and nobody else can act through it or replay its idempotent answers.
+
+fn as_principal(principal: &str, command: Command) -> Command {
+    command.by(Some(principal))
+}
+
+#[test]
+fn a_lease_serves_only_the_principal_that_created_it() {
+    let mut d = Driver::default();
+    let alice = lease(1);
+    let created = d.apply(as_principal(
+        "alice",
+        Command::CreateLease {
+            lease_id: alice,
+            ttl_ms: 10_000,
+            holder: "alice-worker".into(),
+        },
+    ));
+    assert!(created.result.is_ok(), "{created:?}");
+    let acquire = |principal: &str| {
+        as_principal(
+            principal,
+            Command::Acquire {
+                name: "db".into(),
+                lease: LeaseRef::Existing(alice),
+                holder: None,
+                waiter: None,
+                lock_delay_ms: 0,
+            },
+        )
+    };
+    let before = d.sm.revision();
+    let stolen = d.apply(acquire("mallory"));
+    assert_eq!(stolen.result, Err(CoreError::LeaseNotOwned));
+    assert_eq!(d.sm.revision(), before, "a refused command changes nothing");
+    assert_eq!(d.sm.lock("db").holder, None);
+    let granted = d.apply(acquire("alice"));
+    let Ok(Reply::LockGranted(grant)) = granted.result else {
+        panic!("the owner is granted: {granted:?}");
+    };
+    for command in [
+        Command::Release {
+            name: "db".into(),
+            lease_id: alice,
+            token: grant.token,
+        },
+        Command::RevokeLease { lease_id: alice },
+    ] {
+        let out = d.apply(as_principal("mallory", command));
+        assert_eq!(out.result, Err(CoreError::LeaseNotOwned));
+    }
+    assert_eq!(d.sm.lock("db").token, Some(grant.token), "still held");
+    assert_eq!(
+        d.sm.check_lease_owner(alice, Some("mallory")),
+        Err(CoreError::LeaseNotOwned)
+    );
+    assert_eq!(d.sm.check_lease_owner(alice, Some("alice")), Ok(()));
+
+    // Revoked by its owner, the lease's ownership goes with it.
+    let revoked = d.apply(as_principal(
+        "alice",
+        Command::RevokeLease { lease_id: alice },
+    ));
+    assert!(revoked.result.is_ok(), "{revoked:?}");
+    assert_eq!(d.sm.check_lease_owner(alice, Some("mallory")), Ok(()));
+    let restored = StateMachine::from_snapshot(&d.sm.to_snapshot()).unwrap();
+    assert_eq!(restored, d.sm, "no owner left behind for the revoked lease");
+}
+
+#[test]
+fn an_ephemeral_lease_belongs_to_its_creator_and_survives_a_snapshot() {
+    let mut d = Driver::default();
+    let id = lease(7);
+    let out = d.apply(as_principal(
+        "alice",
+        Command::Register {
+            name: "svc/a".into(),
+            lease: LeaseRef::New {
+                lease_id: id,
+                ttl_ms: 10_000,
+            },
+            holder: Some("a".into()),
+            value: "1".into(),
+        },
+    ));
+    assert!(out.result.is_ok(), "{out:?}");
+    let restored = StateMachine::from_snapshot(&d.sm.to_snapshot()).unwrap();
+    assert_eq!(
+        restored.check_lease_owner(id, Some("bob")),
+        Err(CoreError::LeaseNotOwned)
+    );
+    let theft = d.apply(as_principal(
+        "bob",
+        Command::Unregister {
+            name: "svc/a".into(),
+            lease_id: id,
+        },
+    ));
+    assert_eq!(theft.result, Err(CoreError::LeaseNotOwned));
+    assert!(d.sm.name("svc/a").is_some());
+}
+
+#[test]
+fn an_idempotent_answer_is_never_replayed_to_another_principal() {
+    let mut d = Driver::default();
+    let keyed = |principal: &str, lease_id: u128| Request {
+        idempotency: Some(baton_core::IdempotencyKey {
+            principal: principal.into(),
+            key: "same-key".into(),
+            fingerprint: 42,
+        }),
+        command: as_principal(
+            principal,
+            Command::CreateLease {
+                lease_id: lease(lease_id),
+                ttl_ms: 10_000,
+                holder: "h".into(),
+            },
+        ),
+    };
+    let first = d.apply_request(keyed("alice", 1));
+    let replay = d.apply_request(keyed("alice", 2));
+    assert!(replay.replayed);
+    assert_eq!(replay.result, first.result);
+    let other = d.apply_request(keyed("bob", 3));
+    assert!(!other.replayed, "bob gets his own answer");
+    let Ok(Reply::LeaseCreated { lease_id, .. }) = other.result else {
+        panic!("{other:?}");
+    };
+    assert_eq!(lease_id, lease(3));
+}

@@ -128,6 +128,8 @@ struct Step {
     join_batch: bool,
     /// Sent with an idempotency key (one of a few, so keys get reused).
     key: Option<u8>,
+    /// Sent by one of two principals (auth on), else plain (auth off).
+    principal: Option<u8>,
 }
 
 #[derive(Clone, Debug)]
@@ -222,12 +224,14 @@ fn step() -> impl Strategy<Value = Step> {
         advance_ms(),
         prop::bool::weighted(0.3),
         prop::option::weighted(0.08, 0..5u8),
+        prop::option::weighted(0.3, 0..2u8),
     )
-        .prop_map(|(op, advance_ms, join_batch, key)| Step {
+        .prop_map(|(op, advance_ms, join_batch, key, principal)| Step {
             op,
             advance_ms,
             join_batch,
             key,
+            principal,
         })
 }
 
@@ -249,6 +253,7 @@ fn case() -> impl Strategy<Value = Case> {
                     advance_ms: 0,
                     join_batch: lease > 1,
                     key: None,
+                    principal: (lease > 2).then_some(lease % 2),
                 })
                 .collect();
             steps.extend(generated);
@@ -356,8 +361,11 @@ struct Model {
     locks: BTreeMap<String, MSlot>,
     elections: BTreeMap<String, MSlot>,
     names: BTreeMap<String, MName>,
-    /// Idempotency key -> (fingerprint, recorded at).
-    keys: BTreeMap<String, (u64, u64)>,
+    /// (principal, idempotency key) -> (fingerprint, recorded at).
+    keys: BTreeMap<(String, String), (u64, u64)>,
+    /// The principal that created each lease (stale for dead leases: only
+    /// entries of live leases count).
+    owners: BTreeMap<u128, String>,
     /// Grants made by the command being run: (kind, name, lease, waiter).
     granted: Vec<(Kind, String, u128, Option<u64>)>,
 }
@@ -372,6 +380,7 @@ impl Model {
             elections: BTreeMap::new(),
             names: BTreeMap::new(),
             keys: BTreeMap::new(),
+            owners: BTreeMap::new(),
             granted: Vec::new(),
         }
     }
@@ -558,7 +567,8 @@ impl Model {
         // Lock delays that have passed end before any command, refused or not.
         self.settle_all();
         if let Some(key) = &request.idempotency {
-            if let Some((fingerprint, _)) = self.keys.get(&key.key) {
+            let recorded = self.keys.get(&(key.principal.clone(), key.key.clone()));
+            if let Some((fingerprint, _)) = recorded {
                 return if *fingerprint == key.fingerprint {
                     Prediction::Replayed
                 } else {
@@ -568,13 +578,45 @@ impl Model {
         }
         let reply = self.run(&request.command);
         if let Some(key) = &request.idempotency {
-            self.keys.insert(key.key.clone(), (key.fingerprint, clock));
+            let id = (key.principal.clone(), key.key.clone());
+            self.keys.insert(id, (key.fingerprint, clock));
         }
         Prediction::Runs(reply)
     }
 
+    /// A principal's command: refused when it presents a live lease another
+    /// principal created; a lease it creates becomes its own.
+    fn run_as(&mut self, principal: &str, command: &Command) -> Option<MReply> {
+        if matches!(command, Command::AsPrincipal { .. }) {
+            return None;
+        }
+        if let Some(id) = command.presented_lease() {
+            let owner = self
+                .owners
+                .get(&id.0)
+                .filter(|_| self.leases.contains_key(&id.0));
+            if owner.is_some_and(|owner| owner != principal) {
+                return None;
+            }
+        }
+        let reply = self.run(command)?;
+        if let Some((id, _)) = command.created_lease() {
+            if self.leases.contains_key(&id.0) {
+                self.owners.insert(id.0, principal.to_owned());
+            }
+        }
+        Some(reply)
+    }
+
     fn run(&mut self, command: &Command) -> Option<MReply> {
+        if let Some((id, _)) = command.created_lease() {
+            if !self.leases.contains_key(&id.0) {
+                // A new lease starts with no owner (`run_as` then sets one).
+                self.owners.remove(&id.0);
+            }
+        }
         match command {
+            Command::AsPrincipal { principal, command } => self.run_as(principal, command),
             Command::CreateLease {
                 lease_id,
                 ttl_ms,
@@ -1086,13 +1128,15 @@ fn to_request(step: &Step, model: &Model, history: &mut History) -> Request {
             };
         }
     };
+    let principal = step.principal.map(|p| format!("p{p}"));
+    let command = command.by(principal.as_deref());
     match step.key {
         None => Request::plain(command),
         Some(key) => {
             history.next_fingerprint += 1;
             let request = Request {
                 idempotency: Some(IdempotencyKey {
-                    principal: String::new(),
+                    principal: principal.unwrap_or_default(),
                     key: format!("key-{key}"),
                     fingerprint: history.next_fingerprint,
                 }),
@@ -1187,6 +1231,19 @@ impl EventChecks {
 
 /// (a), (c): the machine's views say what the model says.
 fn compare(sm: &StateMachine, model: &Model) -> Result<(), TestCaseError> {
+    for id in model.leases.keys() {
+        for principal in ["p0", "p1"] {
+            let foreign = model.owners.get(id).is_some_and(|owner| owner != principal);
+            prop_assert_eq!(
+                sm.check_lease_owner(LeaseId(*id), Some(principal)).is_err(),
+                foreign,
+                "lease {} owned by {:?}, asked by {}",
+                id,
+                model.owners.get(id),
+                principal
+            );
+        }
+    }
     for name in LOCKS {
         let view = sm.lock(name);
         let slot = model.locks.get(name).cloned().unwrap_or_default();

@@ -127,6 +127,9 @@ pub struct WatchFilter {
     prefix: Option<String>,
     exact: Option<String>,
     leader_changes_only: bool,
+    /// When set, only events of names starting with one of these (auth: the
+    /// principal's watch prefixes); events without a name are left out.
+    allowed: Option<Vec<String>>,
 }
 
 impl Default for WatchFilter {
@@ -144,6 +147,7 @@ impl WatchFilter {
             prefix: prefix.filter(|p| !p.is_empty()),
             exact: None,
             leader_changes_only: false,
+            allowed: None,
         }
     }
 
@@ -154,6 +158,15 @@ impl WatchFilter {
             prefix: None,
             exact: Some(name.to_owned()),
             leader_changes_only: true,
+            allowed: None,
+        }
+    }
+
+    /// This filter, narrowed to names starting with one of `allowed`.
+    pub fn within(self, allowed: Vec<String>) -> Self {
+        WatchFilter {
+            allowed: Some(allowed),
+            ..self
         }
     }
 
@@ -168,6 +181,12 @@ impl WatchFilter {
         let name = event.name();
         if let Some(exact) = &self.exact {
             if name != Some(exact.as_str()) {
+                return false;
+            }
+        }
+        if let Some(allowed) = &self.allowed {
+            let permitted = name.is_some_and(|n| allowed.iter().any(|a| n.starts_with(a.as_str())));
+            if !permitted {
                 return false;
             }
         }

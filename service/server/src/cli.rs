@@ -30,6 +30,9 @@ pub enum Command {
     /// GET a URL once and exit 0 if it answers 2xx, 1 otherwise: a health check
     /// for images without a shell or curl (`baton probe http://127.0.0.1:7878/readyz`).
     Probe(crate::probe::ProbeArgs),
+    /// Bearer tokens for `--auth-file`: make one, or hash one.
+    #[command(subcommand)]
+    Auth(crate::auth_cli::AuthCommand),
     /// Development helpers.
     #[command(subcommand)]
     Dev(DevCommand),
@@ -92,6 +95,11 @@ pub struct ServeArgs {
     /// changes). Set it on every multi-node cluster.
     #[arg(long, env = "BATON_CLUSTER_SECRET", hide_env_values = true)]
     pub cluster_secret: Option<String>,
+    /// Auth file (YAML or JSON): principals, their token digests, roles and name
+    /// prefixes. When set, every API request needs `Authorization: Bearer`.
+    /// Reloaded on SIGHUP and when its contents change. See SECURITY.md.
+    #[arg(long, env = "BATON_AUTH_FILE")]
+    pub auth_file: Option<PathBuf>,
     /// Raft heartbeat interval.
     #[arg(long, env = "BATON_HEARTBEAT_MS", default_value_t = 100)]
     pub heartbeat_ms: u64,

@@ -1,5 +1,6 @@
 //! `baton`: the server binary.
 
+mod auth_cli;
 mod cli;
 mod dev_cluster;
 mod probe;
@@ -34,6 +35,20 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         return serve_proxy(&args, &targets).await;
     }
     let node_id = args.resolved_node_id().map_err(anyhow::Error::msg)?;
+    // Before anything listens: a node whose auth file is broken must not serve
+    // without it.
+    let auth = match &args.auth_file {
+        Some(path) => {
+            let auth = std::sync::Arc::new(baton_api::auth::Authenticator::load(path)?);
+            tokio::spawn(auth.clone().reload_on_change(Duration::from_secs(2)));
+            tracing::info!(path = %path.display(), principals = auth.policy().principals.len(), "auth is on");
+            Some(auth)
+        }
+        None => {
+            tracing::warn!("no --auth-file: anyone who reaches the API port may use every lock, lease and name");
+            None
+        }
+    };
     // Bind the peer listener first: with port 0 its address is known only now,
     // and the node advertises it.
     let raft_listener = std::net::TcpListener::bind(&args.raft_listen)
@@ -69,6 +84,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             default_ttl_ms: args.default_ttl_ms,
             max_wait_ms: args.max_wait_ms,
         },
+        auth: auth.clone(),
     };
     let server = HttpServer::new(move || App::new().configure(configure(state.clone())))
         .on_connect(on_connect)
@@ -166,6 +182,7 @@ async fn main() -> anyhow::Result<ExitCode> {
             init_tracing();
             serve(*args).await?;
         }
+        Command::Auth(command) => auth_cli::run(&command)?,
         Command::Dev(DevCommand::Cluster(args)) => dev_cluster::run(args).await?,
     }
     Ok(ExitCode::SUCCESS)

@@ -46,6 +46,7 @@ pub fn state(node: &TestNode) -> ApiState {
             default_ttl_ms: 5_000,
             max_wait_ms: 60_000,
         },
+        auth: None,
     }
 }
 
@@ -119,4 +120,63 @@ where
     .await;
     assert_eq!(reply.status, 201, "{:?}", reply.body);
     reply.body["lease_id"].as_str().unwrap().to_owned()
+}
+
+/// Tokens of the principals in [`AUTH_FILE`].
+pub const ADMIN_TOKEN: &str = "admin-token-0123456789";
+/// `billing`: client, locks/names/elections/watch under `billing/`.
+pub const BILLING_TOKEN: &str = "billing-token-0123456789";
+/// `payroll`: client, locks under `payroll/` and `shared/`.
+pub const PAYROLL_TOKEN: &str = "payroll-token-0123456789";
+
+/// An auth file with an admin and two clients, as YAML.
+pub fn auth_file() -> String {
+    use baton_api::auth::hash_token;
+    format!(
+        "principals:
+  - name: ops
+    role: admin
+    tokens: [\"{}\"]
+  - name: billing
+    role: client
+    tokens: [\"{}\"]
+    locks: [\"billing/\", \"shared/\"]
+    names: [\"billing/\"]
+    elections: [\"billing/\"]
+    watch: [\"billing/\"]
+  - name: payroll
+    role: client
+    tokens: [\"{}\"]
+    locks: [\"payroll/\", \"shared/\"]
+",
+        hash_token(ADMIN_TOKEN),
+        hash_token(BILLING_TOKEN),
+        hash_token(PAYROLL_TOKEN)
+    )
+}
+
+/// A node's routes with auth on, from `yaml` written to a file in the node's
+/// directory; also returns the authenticator (to reload) and the file's path.
+pub async fn app_with_auth(
+    node: &TestNode,
+    yaml: &str,
+) -> (
+    impl Service<Request, Response = ServiceResponse, Error = Error>,
+    Arc<baton_api::auth::Authenticator>,
+    std::path::PathBuf,
+) {
+    let path = node.dir.path().join("auth.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let auth = Arc::new(baton_api::auth::Authenticator::load(&path).unwrap());
+    let state = ApiState {
+        auth: Some(auth.clone()),
+        ..state(node)
+    };
+    let app = test::init_service(App::new().configure(configure(state))).await;
+    (app, auth, path)
+}
+
+/// `request` with `Authorization: Bearer <token>`.
+pub fn bearer(request: TestRequest, token: &str) -> TestRequest {
+    request.insert_header(("authorization", format!("Bearer {token}")))
 }

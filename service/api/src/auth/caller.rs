@@ -1,0 +1,170 @@
+//! Who sent a request, as handlers see it.
+
+use std::future::{ready, Ready};
+use std::sync::Arc;
+
+use actix_web::dev::Payload;
+use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
+use baton_core::{Command, LeaseId};
+
+use super::policy::{AuthPolicy, Kind, Principal};
+use crate::error::ApiError;
+use crate::state::ApiState;
+
+#[derive(Clone)]
+enum Who {
+    /// Auth is off: no principals, everything allowed (as before auth existed).
+    Anyone,
+    /// Auth is on and the request carried no token (membership requests, which
+    /// may bring the cluster secret instead): refused everything else.
+    Unidentified,
+    /// Auth is on: this principal of this policy.
+    Principal(Arc<AuthPolicy>, usize),
+}
+
+/// The caller of a request: extract it in a handler, then ask it before acting.
+#[derive(Clone)]
+pub struct Caller(Who);
+
+impl Caller {
+    /// The caller when auth is off.
+    pub fn anyone() -> Caller {
+        Caller(Who::Anyone)
+    }
+
+    /// A caller with no token while auth is on.
+    pub fn unidentified() -> Caller {
+        Caller(Who::Unidentified)
+    }
+
+    /// The principal at `index` of `policy`.
+    pub fn principal(policy: Arc<AuthPolicy>, index: usize) -> Caller {
+        Caller(Who::Principal(policy, index))
+    }
+
+    /// The caller the auth layer recorded for `request`. A request that reached
+    /// a handler without one while auth is on is unidentified, never "anyone".
+    pub fn of(request: &HttpRequest) -> Caller {
+        if let Some(caller) = request.extensions().get::<Caller>() {
+            return caller.clone();
+        }
+        let auth_on = request
+            .app_data::<web::Data<ApiState>>()
+            .is_some_and(|state| state.auth.is_some());
+        if auth_on {
+            Caller::unidentified()
+        } else {
+            Caller::anyone()
+        }
+    }
+
+    fn principal_ref(&self) -> Option<&Principal> {
+        match &self.0 {
+            Who::Principal(policy, index) => policy.principals.get(*index),
+            _ => None,
+        }
+    }
+
+    /// The principal's name; `None` when auth is off.
+    pub fn name(&self) -> Option<&str> {
+        self.principal_ref().map(|p| p.name.as_str())
+    }
+
+    /// Whether the caller is an admin principal.
+    pub fn is_admin(&self) -> bool {
+        self.principal_ref().is_some_and(Principal::is_admin)
+    }
+
+    /// Whether the caller may use `name` of `kind` (always, with auth off).
+    pub fn may(&self, kind: Kind, name: &str) -> bool {
+        match &self.0 {
+            Who::Anyone => true,
+            Who::Unidentified => false,
+            Who::Principal(..) => self.principal_ref().is_some_and(|p| p.may(kind, name)),
+        }
+    }
+
+    /// Whether the caller may see every name of `kind` under `prefix`.
+    pub fn may_all_under(&self, kind: Kind, prefix: &str) -> bool {
+        match &self.0 {
+            Who::Anyone => true,
+            Who::Unidentified => false,
+            Who::Principal(..) => self
+                .principal_ref()
+                .is_some_and(|p| p.may_all_under(kind, prefix)),
+        }
+    }
+
+    /// Refuses unless the caller may use `name` of `kind`.
+    pub fn require(&self, kind: Kind, name: &str) -> Result<(), ApiError> {
+        match (&self.0, self.principal_ref()) {
+            (Who::Anyone, _) => Ok(()),
+            (_, Some(principal)) if principal.may(kind, name) => Ok(()),
+            (_, Some(principal)) => Err(ApiError::Forbidden(principal.refusal(kind, name))),
+            (_, None) => Err(ApiError::Unauthenticated(
+                "this endpoint needs an 'Authorization: Bearer <token>' header".into(),
+            )),
+        }
+    }
+
+    /// Refuses unless the caller is an admin principal (auth on) or auth is off.
+    pub fn require_admin(&self) -> Result<(), ApiError> {
+        match (&self.0, self.principal_ref()) {
+            (Who::Anyone, _) => Ok(()),
+            (_, Some(principal)) if principal.is_admin() => Ok(()),
+            (_, Some(principal)) => Err(ApiError::Forbidden(format!(
+                "principal '{}' is not an admin",
+                principal.name
+            ))),
+            (_, None) => Err(ApiError::Unauthenticated(
+                "this endpoint needs an admin's 'Authorization: Bearer <token>' header".into(),
+            )),
+        }
+    }
+
+    /// Refuses a lease that another principal owns, judged on this replica's
+    /// state. Writes are judged again by the state machine ([`Caller::command`]).
+    pub fn require_lease(&self, state: &ApiState, lease_id: LeaseId) -> Result<(), ApiError> {
+        if let Who::Unidentified = self.0 {
+            return Err(ApiError::Unauthenticated(
+                "this endpoint needs an 'Authorization: Bearer <token>' header".into(),
+            ));
+        }
+        let name = self.name();
+        Ok(state.node.read(|sm| sm.check_lease_owner(lease_id, name))?)
+    }
+
+    /// `command` as this caller sends it: the state machine records and checks
+    /// lease ownership for a principal. An unidentified caller (auth on, no
+    /// principal) may send nothing.
+    pub fn command(&self, command: Command) -> Result<Command, ApiError> {
+        match &self.0 {
+            Who::Unidentified => Err(ApiError::Unauthenticated(
+                "this endpoint needs an 'Authorization: Bearer <token>' header".into(),
+            )),
+            _ => Ok(command.by(self.name())),
+        }
+    }
+
+    /// The prefixes of names whose events the caller may stream; `None` for all.
+    pub fn watch_prefixes(&self) -> Option<Vec<String>> {
+        match &self.0 {
+            Who::Anyone => None,
+            Who::Unidentified => Some(Vec::new()),
+            Who::Principal(..) => match self.principal_ref() {
+                Some(p) if p.is_admin() => None,
+                Some(p) => Some(p.watch.clone()),
+                None => Some(Vec::new()),
+            },
+        }
+    }
+}
+
+impl FromRequest for Caller {
+    type Error = actix_web::Error;
+    type Future = Ready<Result<Caller, actix_web::Error>>;
+
+    fn from_request(request: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(Ok(Caller::of(request)))
+    }
+}

@@ -1,0 +1,283 @@
+//! Auth on (`--auth-file`): every 401 and 403 path, lease ownership across
+//! principals, replays across principals, filtered lists, reloads.
+
+use actix_web::test::TestRequest;
+use serde_json::json;
+
+use crate::support::{
+    app_with_auth, auth_file, bearer, send, start_node, Reply, ADMIN_TOKEN, BILLING_TOKEN,
+    PAYROLL_TOKEN,
+};
+
+#[actix_web::test]
+async fn requests_without_a_valid_token_are_refused_and_open_endpoints_stay_open() {
+    let node = start_node().await;
+    let (app, _, _) = app_with_auth(&node, &auth_file()).await;
+    for request in [
+        TestRequest::post().uri("/v1/leases").set_json(json!({})),
+        TestRequest::get().uri("/v1/locks"),
+        TestRequest::get().uri("/v1/cluster"),
+        TestRequest::get().uri("/v1/watch"),
+        TestRequest::get().uri("/v1/no-such-route"),
+        bearer(TestRequest::get().uri("/v1/locks"), "not-a-token"),
+        TestRequest::get()
+            .uri("/v1/locks")
+            .insert_header(("authorization", format!("Basic {BILLING_TOKEN}"))),
+        TestRequest::get()
+            .uri("/v1/locks")
+            .insert_header(("authorization", "Bearer ")),
+    ] {
+        let reply = send(&app, request).await;
+        assert_eq!(reply.status, 401, "{:?}", reply.body);
+        assert_eq!(reply.code(), "unauthenticated");
+        assert_eq!(
+            reply.header("www-authenticate").as_deref(),
+            Some("Bearer realm=\"baton\"")
+        );
+        let text = reply.body.to_string();
+        assert!(!text.contains(BILLING_TOKEN) && !text.contains("not-a-token"));
+    }
+    for open in ["/healthz", "/readyz", "/openapi.json", "/docs"] {
+        let reply = send(&app, TestRequest::get().uri(open)).await;
+        assert_eq!(reply.status, 200, "{open} is open by default");
+    }
+    // Metrics are admin-only by default.
+    let metrics = |token: Option<&str>| {
+        let request = TestRequest::get().uri("/metrics");
+        match token {
+            Some(token) => bearer(request, token),
+            None => request,
+        }
+    };
+    assert_eq!(send(&app, metrics(None)).await.status, 401);
+    let client = send(&app, metrics(Some(BILLING_TOKEN))).await;
+    assert_eq!((client.status, client.code()), (403, "forbidden"));
+    assert_eq!(send(&app, metrics(Some(ADMIN_TOKEN))).await.status, 200);
+}
+
+#[actix_web::test]
+async fn health_and_metrics_follow_the_auth_file() {
+    let node = start_node().await;
+    let yaml = format!(
+        "{}endpoints:\n  health: admin\n  metrics: open\n",
+        auth_file()
+    );
+    let (app, _, _) = app_with_auth(&node, &yaml).await;
+    let metrics = send(&app, TestRequest::get().uri("/metrics")).await;
+    assert_eq!(metrics.status, 200);
+    let health = send(&app, TestRequest::get().uri("/healthz")).await;
+    assert_eq!(health.status, 401);
+    let client = bearer(TestRequest::get().uri("/readyz"), BILLING_TOKEN);
+    assert_eq!(send(&app, client).await.status, 403);
+    let admin = bearer(TestRequest::get().uri("/readyz"), ADMIN_TOKEN);
+    assert_eq!(send(&app, admin).await.status, 200);
+}
+
+fn names(reply: &Reply) -> Vec<String> {
+    reply.body["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{:?}", reply.body))
+        .iter()
+        .map(|item| item["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[actix_web::test]
+async fn a_principal_uses_only_names_under_its_prefixes_and_lists_only_those() {
+    let node = start_node().await;
+    let (app, _, _) = app_with_auth(&node, &auth_file()).await;
+    let call = |token: &str, request: TestRequest| send(&app, bearer(request, token));
+    let acquire = |name: &str| TestRequest::post().uri(&format!("/v1/locks/{name}:acquire"));
+    for (token, name) in [
+        (BILLING_TOKEN, "billing/nightly"),
+        (BILLING_TOKEN, "shared/db"),
+        (PAYROLL_TOKEN, "payroll/run"),
+        (ADMIN_TOKEN, "ops/anything"),
+    ] {
+        let reply = call(token, acquire(name)).await;
+        assert_eq!(reply.status, 200, "{name}: {:?}", reply.body);
+    }
+    for request in [
+        acquire("payroll/run"),
+        acquire("billingx"),
+        TestRequest::get().uri("/v1/locks/payroll/run"),
+        TestRequest::post()
+            .uri("/v1/locks/payroll/run:validate")
+            .set_json(json!({"token": 1})),
+        TestRequest::put()
+            .uri("/v1/names/payroll/svc")
+            .set_json(json!({"value": 1})),
+        TestRequest::get().uri("/v1/names/payroll/svc"),
+        TestRequest::post().uri("/v1/elections/payroll/e:campaign"),
+        TestRequest::get().uri("/v1/elections/payroll/e"),
+        TestRequest::get().uri("/v1/elections/payroll/e:observe"),
+    ] {
+        let reply = call(BILLING_TOKEN, request).await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (403, "forbidden"),
+            "{:?}",
+            reply.body
+        );
+        assert!(reply.body["detail"].as_str().unwrap().contains("billing"));
+    }
+    let everything = call(BILLING_TOKEN, TestRequest::get().uri("/v1/locks")).await;
+    assert_eq!(names(&everything), ["billing/nightly", "shared/db"]);
+    // Pages stay full: one item per page walks the visible names only.
+    let first = call(BILLING_TOKEN, TestRequest::get().uri("/v1/locks?limit=1")).await;
+    assert_eq!(names(&first), ["billing/nightly"]);
+    let page = first.body["next_page_token"].as_str().unwrap().to_owned();
+    let second = call(
+        BILLING_TOKEN,
+        TestRequest::get().uri(&format!("/v1/locks?limit=1&page_token={page}")),
+    )
+    .await;
+    assert_eq!(names(&second), ["shared/db"]);
+    let prefixed = call(
+        BILLING_TOKEN,
+        TestRequest::get().uri("/v1/locks?prefix=pay"),
+    )
+    .await;
+    assert_eq!(names(&prefixed), Vec::<String>::new());
+    let admin = call(ADMIN_TOKEN, TestRequest::get().uri("/v1/locks")).await;
+    assert_eq!(
+        names(&admin),
+        [
+            "billing/nightly",
+            "ops/anything",
+            "payroll/run",
+            "shared/db"
+        ]
+    );
+}
+
+#[actix_web::test]
+async fn a_lease_id_is_useless_to_another_principal() {
+    let node = start_node().await;
+    let (app, _, _) = app_with_auth(&node, &auth_file()).await;
+    let call = |token: &str, request: TestRequest| send(&app, bearer(request, token));
+    let created = call(
+        BILLING_TOKEN,
+        TestRequest::post()
+            .uri("/v1/leases")
+            .set_json(json!({"ttl_ms": 10_000, "holder": "billing-1"})),
+    )
+    .await;
+    assert_eq!(created.status, 201);
+    let lease = created.body["lease_id"].as_str().unwrap().to_owned();
+    let granted = call(
+        BILLING_TOKEN,
+        TestRequest::post()
+            .uri("/v1/locks/shared/db:acquire")
+            .set_json(json!({"lease_id": lease})),
+    )
+    .await;
+    assert_eq!(granted.status, 200, "{:?}", granted.body);
+    let token = granted.body["token"].as_u64().unwrap();
+
+    // payroll may use shared/ locks, but not billing's lease.
+    for request in [
+        TestRequest::post()
+            .uri("/v1/locks/shared/other:acquire")
+            .set_json(json!({"lease_id": lease})),
+        TestRequest::post()
+            .uri("/v1/locks/shared/db:release")
+            .set_json(json!({"lease_id": lease, "token": token})),
+        TestRequest::post()
+            .uri("/v1/locks/shared/db:renew")
+            .set_json(json!({"lease_id": lease, "token": token})),
+        TestRequest::post().uri(&format!("/v1/leases/{lease}:keepalive")),
+        TestRequest::get().uri(&format!("/v1/leases/{lease}")),
+        TestRequest::delete().uri(&format!("/v1/leases/{lease}")),
+    ] {
+        let reply = call(PAYROLL_TOKEN, request).await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (403, "forbidden"),
+            "{:?}",
+            reply.body
+        );
+        assert!(
+            !reply.body.to_string().contains(&lease),
+            "the id is not echoed"
+        );
+    }
+    let still = call(BILLING_TOKEN, TestRequest::get().uri("/v1/locks/shared/db")).await;
+    assert_eq!(still.body["token"], token, "the theft changed nothing");
+    let own = call(
+        BILLING_TOKEN,
+        TestRequest::post().uri(&format!("/v1/leases/{lease}:keepalive")),
+    )
+    .await;
+    assert_eq!(own.status, 200);
+    let revoked = call(
+        BILLING_TOKEN,
+        TestRequest::delete().uri(&format!("/v1/leases/{lease}")),
+    )
+    .await;
+    assert_eq!(revoked.status, 200);
+}
+
+#[actix_web::test]
+async fn an_idempotency_key_never_replays_across_principals() {
+    let node = start_node().await;
+    let (app, _, _) = app_with_auth(&node, &auth_file()).await;
+    let create = |token: &str| {
+        bearer(
+            TestRequest::post()
+                .uri("/v1/leases")
+                .insert_header(("idempotency-key", "retry-1"))
+                .set_json(json!({"ttl_ms": 10_000, "holder": "same"})),
+            token,
+        )
+    };
+    let first = send(&app, create(BILLING_TOKEN)).await;
+    let retry = send(&app, create(BILLING_TOKEN)).await;
+    assert_eq!(retry.header("idempotent-replayed").as_deref(), Some("true"));
+    assert_eq!(retry.body["lease_id"], first.body["lease_id"]);
+    let other = send(&app, create(PAYROLL_TOKEN)).await;
+    assert_eq!(other.status, 201);
+    assert_eq!(other.header("idempotent-replayed"), None);
+    assert_ne!(other.body["lease_id"], first.body["lease_id"]);
+}
+
+#[actix_web::test]
+async fn membership_changes_need_an_admin() {
+    let node = start_node().await;
+    let (app, _, _) = app_with_auth(&node, &auth_file()).await;
+    let remove = || TestRequest::delete().uri("/v1/cluster/members/9");
+    let none = send(&app, remove()).await;
+    assert_eq!((none.status, none.code()), (401, "unauthenticated"));
+    let client = send(&app, bearer(remove(), BILLING_TOKEN)).await;
+    assert_eq!((client.status, client.code()), (403, "forbidden"));
+    let admin = send(&app, bearer(remove(), ADMIN_TOKEN)).await;
+    assert_eq!(
+        admin.code(),
+        "member_not_found",
+        "past auth: {:?}",
+        admin.body
+    );
+}
+
+#[actix_web::test]
+async fn a_reloaded_auth_file_takes_effect_and_a_broken_one_is_not_used() {
+    let node = start_node().await;
+    let (app, auth, path) = app_with_auth(&node, &auth_file()).await;
+    let list = |token: &str| send(&app, bearer(TestRequest::get().uri("/v1/locks"), token));
+    assert_eq!(list(BILLING_TOKEN).await.status, 200);
+    // Rotation: billing's old token is replaced by a new one.
+    let rotated = auth_file().replace(
+        &baton_api::auth::hash_token(BILLING_TOKEN),
+        &baton_api::auth::hash_token("billing-token-2"),
+    );
+    std::fs::write(&path, rotated).unwrap();
+    assert!(auth.reload().unwrap(), "changed");
+    assert_eq!(list(BILLING_TOKEN).await.status, 401);
+    assert_eq!(list("billing-token-2").await.status, 200);
+    assert!(!auth.reload().unwrap(), "unchanged");
+    // A broken file is refused and the one in force stays.
+    std::fs::write(&path, "principals: [ {name: x, role: superuser} ]").unwrap();
+    let error = auth.reload().unwrap_err().to_string();
+    assert!(error.contains("superuser"), "{error}");
+    assert_eq!(list("billing-token-2").await.status, 200);
+}
