@@ -84,7 +84,8 @@ class ProxyHandler(BaseHTTPRequestHandler):
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
-        except OSError:
+        except (OSError, ValueError, http.client.HTTPException):
+            # Either side went away mid-stream (the page aborted, the node stopped).
             self.close_connection = True
         finally:
             upstream.close()
@@ -113,7 +114,7 @@ def test_token_is_asked_for_kept_and_sent_and_403_is_not_permitted(page, node, p
                   " document.querySelector('#auth-form button').click()")
     page.wait_for(status_is("live"), 15, "the page to be live with the token")
     assert page.evaluate("sessionStorage.getItem('baton.token')") == TOKEN
-    assert page.evaluate("document.getElementById('auth').hidden") is True
+    assert page.evaluate("document.getElementById('auth').hidden") is True, "\n".join(f"{p} {a}" for p, a in proxy.seen)
 
     grant = node.ok("POST", "/v1/locks/guarded:acquire", {"holder": "job-9", "ttl_ms": 30000})
     page.wait_for(has_lock("guarded", "job-9", grant["token"], 0), 10, "the lock, through the token's stream")

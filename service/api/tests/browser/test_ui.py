@@ -8,6 +8,8 @@ import json
 import os
 import signal
 
+import pytest
+
 from conftest import shots_dir
 
 LOCK = "team-a/db/migrate"
@@ -69,8 +71,11 @@ def test_holder_and_waiter_appear_live_and_the_waiter_becomes_holder(page, node)
     assert leader["lease_id"] not in page.evaluate("document.body.innerText")
     assert first["lease_id"] not in page.evaluate("document.body.innerText")
 
-    # The lock's detail: its recent events, from the kept history and the stream.
-    page.evaluate(f"document.querySelector('tr[data-lock={json.dumps(LOCK)}] button').click()")
+    # The lock's detail, opened from the keyboard: its recent events, from the
+    # kept history and the stream.
+    page.evaluate(f"document.querySelector('tr[data-lock={json.dumps(LOCK)}] button').focus()")
+    page.press("Enter")
+    page.wait_for("document.activeElement.id === 'detail-title'", 5, "focus on the opened detail")
     page.wait_for("""(() => { const t = document.getElementById('detail-events').textContent;
         return t.includes('lock.acquired') && t.includes('lock.queued'); })()""", 10, "the lock's events")
     if shots_dir():
@@ -88,12 +93,15 @@ def test_holder_and_waiter_appear_live_and_the_waiter_becomes_holder(page, node)
     assert page.exceptions == [], page.exceptions
 
 
-def test_page_reconnects_and_catches_up_after_the_node_restarts(page, node):
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["graceful", "killed"])
+def test_page_reconnects_and_catches_up_after_the_node_restarts(page, node, stop):
+    # SIGTERM ends the stream with `event: resync` (reason shutdown); SIGKILL just
+    # drops the connection. Either way the page resumes from the last id it saw.
     open_live(page, node)
     before = node.ok("POST", "/v1/locks/before-restart:acquire", {"holder": "job-1", "ttl_ms": 60000})
     page.wait_for(has_lock("before-restart", "job-1", before["token"], 0), 10, "the first lock")
 
-    node.stop(signal.SIGKILL)
+    node.stop(stop)
     page.wait_for(status_is("reconnecting"), 10, "the page to say reconnecting")
     node.start()
     page.wait_for(status_is("live"), 15, "the page to be live again")
