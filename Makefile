@@ -6,7 +6,7 @@
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/baton-target
 CARGO ?= cargo
 
-.PHONY: setup run cluster build release test test-rust test-openapi test-image test-chart openapi lint fmt clean-data chaos test-chaos fresh-check
+.PHONY: setup run cluster build release test test-rust test-openapi test-image test-chart test-ui openapi lint fmt clean-data chaos test-chaos fresh-check
 
 setup:
 	@.ci/setup
@@ -28,7 +28,7 @@ cluster: build
 release: setup
 	$(CARGO) build --release --workspace
 
-test: setup test-rust test-openapi test-image test-chart test-loadtest test-chaos
+test: setup test-rust test-openapi test-image test-chart test-ui test-loadtest test-chaos
 
 test-rust:
 	$(CARGO) nextest run --workspace --no-fail-fast
@@ -52,6 +52,14 @@ test-image:
 test-chart: build
 	@.ci/setup python
 	BATON_BIN=$(CARGO_TARGET_DIR)/debug/baton .venv/bin/pytest -q helm/tests
+
+# /ui and /docs in headless Chromium (Debian's, installed by .ci/setup browser)
+# against a real node: live updates, reconnect after a restart, the docs' examples.
+# UI_SHOTS_DIR=/some/dir also saves screenshots at desktop and phone width.
+test-ui: build
+	@.ci/setup python
+	@.ci/setup browser
+	BATON_BIN=$(CARGO_TARGET_DIR)/debug/baton .venv/bin/pytest -q service/api/tests/browser
 
 # The README's commands on a fresh machine: a clean Debian root (debootstrap),
 # `make run`, then `make test` with that server up, then the Dockerfile's recipe.

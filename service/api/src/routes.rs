@@ -78,6 +78,7 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                     .route("/metrics", web::get().to(cluster::metrics))
                     .route("/openapi.json", web::get().to(docs::openapi))
                     .route("/docs", web::get().to(docs::docs))
+                    .route("/ui", web::get().to(docs::ui))
                     // One scope per resource: the router tests a scope's static
                     // prefix first, so a request runs only its own resource's route
                     // patterns instead of every one in turn (the profile put route

@@ -680,6 +680,9 @@ async fn lists_reads_and_cluster_status() {
     );
     let docs = get(&app, "/docs").await;
     assert!(docs.body.as_str().unwrap().contains("/openapi.json"));
+    let ui = get(&app, "/ui").await;
+    assert_eq!(ui.status, 200);
+    assert!(ui.body.as_str().unwrap().contains("/v1/watch"));
     let spec = get(&app, "/openapi.json").await;
     assert!(spec.body["paths"]["/v1/locks/{name}:acquire"].is_object());
 }
