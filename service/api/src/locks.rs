@@ -394,6 +394,7 @@ pub async fn list(
     query: web::Query<ListQuery>,
     caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
+    caller.require_any(Kind::Lock)?;
     let limit = query.limit()?;
     let after = query.after()?;
     settle_read(&state, &query.read()).await?;

@@ -150,6 +150,7 @@ pub async fn watch(
     query: web::Query<WatchQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let kinds = parse_kinds(query.kinds.as_deref())?;
+    Caller::of(&request).require_any(Kind::Watch)?;
     let filter = WatchFilter::new(&kinds, query.prefix.clone());
     // A principal sees only events of names under its watch prefixes (and no
     // lease events, which carry other principals' holders).

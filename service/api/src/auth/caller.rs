@@ -107,6 +107,19 @@ impl Caller {
         }
     }
 
+    /// Refuses a list or watch of `kind` by a principal that may use no name of
+    /// that kind (one with some prefixes gets a filtered answer instead).
+    pub fn require_any(&self, kind: Kind) -> Result<(), ApiError> {
+        match (&self.0, self.principal_ref()) {
+            (Who::Anyone, _) => Ok(()),
+            (_, Some(principal)) if principal.may_any(kind) => Ok(()),
+            (_, Some(principal)) => Err(ApiError::Forbidden(principal.refusal_of_kind(kind))),
+            (_, None) => Err(ApiError::Unauthenticated(
+                "this endpoint needs an 'Authorization: Bearer <token>' header".into(),
+            )),
+        }
+    }
+
     /// Refuses unless the caller is an admin principal (auth on) or auth is off.
     pub fn require_admin(&self) -> Result<(), ApiError> {
         match (&self.0, self.principal_ref()) {

@@ -95,6 +95,11 @@ impl Principal {
                 .any(|allowed| prefix.starts_with(allowed.as_str()))
     }
 
+    /// Whether this principal may use any name of `kind` at all.
+    pub fn may_any(&self, kind: Kind) -> bool {
+        self.role == Role::Admin || !self.prefixes(kind).is_empty()
+    }
+
     /// Whether this principal is an admin.
     pub fn is_admin(&self) -> bool {
         self.role == Role::Admin
@@ -107,6 +112,15 @@ impl Principal {
             Kind::Name => &self.names,
             Kind::Watch => &self.watch,
         }
+    }
+
+    /// A human-readable refusal for every name of `kind`.
+    pub fn refusal_of_kind(&self, kind: Kind) -> String {
+        format!(
+            "principal '{}' may not use any {} name",
+            self.name,
+            kind.label()
+        )
     }
 
     /// A human-readable refusal for `name` of `kind`.

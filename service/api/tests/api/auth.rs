@@ -139,6 +139,11 @@ async fn a_principal_uses_only_names_under_its_prefixes_and_lists_only_those() {
     )
     .await;
     assert_eq!(names(&prefixed), Vec::<String>::new());
+    // payroll may use no registered name at all: a 403, not an empty list.
+    let no_names = call(PAYROLL_TOKEN, TestRequest::get().uri("/v1/names")).await;
+    assert_eq!((no_names.status, no_names.code()), (403, "forbidden"));
+    let no_watch = call(PAYROLL_TOKEN, TestRequest::get().uri("/v1/watch")).await;
+    assert_eq!((no_watch.status, no_watch.code()), (403, "forbidden"));
     let admin = call(ADMIN_TOKEN, TestRequest::get().uri("/v1/locks")).await;
     assert_eq!(
         names(&admin),

@@ -42,7 +42,11 @@ class Node:
     """A single-node Baton cluster as a real process; restartable on the same
     ports and data directory."""
 
-    def __init__(self, workdir: str) -> None:
+    def __init__(self, workdir: str, extra_args: list[str] | None = None,
+                 token: str | None = None) -> None:
+        self.extra_args = extra_args or []
+        # Sent as a bearer token by call/ok (auth on).
+        self.token = token
         self.data_dir = os.path.join(workdir, "data")
         self.log_path = os.path.join(workdir, "baton.log")
         self.api_port = free_port()
@@ -54,7 +58,8 @@ class Node:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [baton_bin(), "serve", "--listen", f"127.0.0.1:{self.api_port}",
-             "--raft-listen", f"127.0.0.1:{self.raft_port}", "--data-dir", self.data_dir],
+             "--raft-listen", f"127.0.0.1:{self.raft_port}", "--data-dir", self.data_dir,
+             *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
         deadline = time.monotonic() + 30
@@ -88,8 +93,10 @@ class Node:
 
     def call(self, method: str, path: str, body: Any = None, timeout: float = 30) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return response.status, json.load(response)
