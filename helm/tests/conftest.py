@@ -4,6 +4,7 @@ library (helm-python-sdk) and render it to parsed manifests."""
 from __future__ import annotations
 
 import copy
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,9 @@ RELEASE = "locks"
 NAMESPACE = "ns1"
 
 
+# A token digest (of "chart-test-token"): the auth file holds digests only.
+DIGEST = "sha256:" + hashlib.sha256(b"chart-test-token").hexdigest()
+
 # Value sets every check renders: defaults, each voter count, each optional part.
 SCENARIOS = {
     "defaults": {},
@@ -26,13 +30,25 @@ SCENARIOS = {
     "sidecar example (plain container)": {"sidecarExample": {"enabled": True, "native": False}},
     "everything on": {
         "replicas": 5,
-        "auth": {"existingSecret": "baton-auth"},
+        "auth": {"enabled": True, "existingSecret": "baton-auth"},
+        "tests": {"tokenSecret": {"name": "baton-test-token"}},
         "tls": {"enabled": True, "existingSecret": "baton-tls", "clientCaKey": "ca.crt"},
         "clusterSecret": {"existingSecret": "my-secret", "key": "secret"},
-        "serviceMonitor": {"enabled": True},
+        "serviceMonitor": {"enabled": True, "bearerTokenSecret": {"name": "baton-metrics-token"}},
         "networkPolicy": {"enabled": True},
         "otel": {"endpoint": "http://otel:4317", "serviceName": "baton"},
         "sidecarExample": {"enabled": True},
+    },
+    "auth file from values": {
+        "auth": {"enabled": True, "file": {
+            "principals": [
+                {"name": "billing", "role": "client", "tokens": [DIGEST], "locks": ["billing/", "helm-test-"],
+                 "watch": ["billing/"]},
+                {"name": "ops", "role": "admin", "tokens": ["sha256:" + "0" * 64]},
+            ],
+            "endpoints": {"health": "open", "metrics": "open"}}},
+        "tests": {"tokenSecret": {"name": "baton-test-token", "key": "token"}},
+        "serviceMonitor": {"enabled": True},
     },
     "templates only": {"templatesOnly": True},
 }

@@ -75,6 +75,19 @@ SCHEMA_REFUSALS = {
     "tls without its secret": ({"tls": {"enabled": True}}, "/tls/existingSecret"),
     "an extra arg that is no flag": ({"extraArgs": ["serve"]}, "/extraArgs/0"),
     "an unknown anti-affinity mode": ({"podAntiAffinity": "sometimes"}, "/podAntiAffinity"),
+    "a token in clear in the auth file": (
+        {"auth": {"enabled": True, "file": {"principals": [{"name": "a", "role": "client", "tokens": ["s3cret"]}]}}},
+        "/auth/file/principals/0/tokens/0"),
+    "an unknown role": (
+        {"auth": {"enabled": True, "file": {"principals": [{"name": "a", "role": "root"}]}}},
+        "/auth/file/principals/0/role"),
+    "a misspelt principal field": (
+        {"auth": {"enabled": True, "file": {"principals": [{"name": "a", "role": "client", "lock": ["a/"]}]}}},
+        "lock"),
+    "an unknown endpoint access": (
+        {"auth": {"enabled": True, "file": {"principals": [{"name": "a", "role": "admin"}],
+                                            "endpoints": {"metrics": "public"}}}},
+        "/auth/file/endpoints/metrics"),
 }
 
 
@@ -86,12 +99,32 @@ def test_schema_refuses(chart, values, where):
     assert "schema" in message and where in message, message
 
 
+ADMIN = {"name": "ops", "role": "admin", "tokens": ["sha256:" + "0" * 64]}
+
 TEMPLATE_REFUSALS = {
     "a grace period shorter than the shutdown": (
         {"terminationGracePeriodSeconds": 12, "shutdownTimeoutSeconds": 10},
         "terminationGracePeriodSeconds (12) must be at least"),
     "a PDB that lets a drain break the majority": (
         {"podDisruptionBudget": {"maxUnavailable": 2}}, "would let a drain take the majority"),
+    "an auth Secret while auth is off": (
+        {"auth": {"existingSecret": "baton-auth"}}, "but auth.enabled is false"),
+    "auth on without a file": (
+        {"auth": {"enabled": True}, "tests": {"enabled": False}}, "auth.enabled needs auth.existingSecret"),
+    "auth on with a file of no principal": (
+        {"auth": {"enabled": True, "file": {"principals": []}}, "tests": {"enabled": False}},
+        "auth.enabled needs auth.existingSecret"),
+    "both an auth Secret and an auth file": (
+        {"auth": {"enabled": True, "existingSecret": "x", "file": {"principals": [ADMIN]}},
+         "tests": {"enabled": False}}, "not both"),
+    "health endpoints for admins only (the probes carry no token)": (
+        {"auth": {"enabled": True, "file": {"principals": [ADMIN], "endpoints": {"health": "admin"}}},
+         "tests": {"enabled": False}}, "kubelet's probes"),
+    "the helm test without a token while auth is on": (
+        {"auth": {"enabled": True, "existingSecret": "x"}}, "needs tests.tokenSecret.name"),
+    "a ServiceMonitor without a token while metrics are admin-only": (
+        {"auth": {"enabled": True, "file": {"principals": [ADMIN]}}, "tests": {"enabled": False},
+         "serviceMonitor": {"enabled": True}}, "set serviceMonitor.bearerTokenSecret.name"),
 }
 
 

@@ -56,6 +56,13 @@ SERVICE_MONITOR_SCHEMA = {
                         "interval": _DURATION,
                         "scrapeTimeout": _DURATION,
                         "tlsConfig": {"type": "object", "properties": {"insecureSkipVerify": {"type": "boolean"}}},
+                        # SafeAuthorization: credentials is a SecretKeySelector.
+                        "authorization": {"type": "object", "additionalProperties": False, "properties": {
+                            "type": {"type": "string"},
+                            "credentials": {"type": "object", "additionalProperties": False,
+                                            "required": ["key"],
+                                            "properties": {"name": {"type": "string"}, "key": {"type": "string"},
+                                                           "optional": {"type": "boolean"}}}}},
                     },
                 }},
             },

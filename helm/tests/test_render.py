@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import base64
 
+import yaml
+
 import pytest
 
-from conftest import find, render
+from conftest import DIGEST, find, render, render_files
 
 FQDN = "locks-baton-{i}.locks-baton-headless.ns1.svc.{domain}"
 
@@ -184,13 +186,64 @@ def test_no_auth_or_tls_unless_enabled(chart):
     assert all(u.startswith("http://") for u in [flag(c, "advertise-api"), flag(c, "advertise-raft")])
 
 
-def test_auth_file_when_set(chart):
-    docs = render(chart, {"auth": {"existingSecret": "baton-auth"}})
+AUTH_ON = {"auth": {"enabled": True, "existingSecret": "baton-auth"},
+           "tests": {"tokenSecret": {"name": "baton-test-token"}}}
+
+
+def test_auth_file_from_an_existing_secret(chart):
+    docs = render(chart, AUTH_ON)
     c = voter(docs)
-    assert security_flags(c) == ["--auth-file=/etc/baton/auth/auth.json"]
-    assert {"name": "auth", "mountPath": "/etc/baton/auth", "readOnly": True} in c["volumeMounts"]
+    assert security_flags(c) == ["--auth-file=/etc/baton/auth/auth.yaml"]
+    # The whole directory (a subPath mount would never see the Secret's updates).
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "auth")
+    assert mount == {"name": "auth", "mountPath": "/etc/baton/auth", "readOnly": True}
     volume = next(v for v in voter_pod(docs)["spec"]["volumes"] if v["name"] == "auth")
     assert volume["secret"]["secretName"] == "baton-auth"
+    # The chart creates no auth Secret of its own then.
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"] == ["locks-baton-cluster-secret"]
+    # Probes stay the plain httpGet ones: /healthz and /readyz are open by default.
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_auth_file_from_values_becomes_a_secret(chart):
+    auth_file = {"principals": [{"name": "billing", "role": "client", "tokens": [DIGEST],
+                                 "locks": ["billing/"], "watch": ["billing/"]}],
+                 "endpoints": {"metrics": "open"}}
+    docs = render(chart, {"auth": {"enabled": True, "file": auth_file, "key": "policy.json",
+                                   "mountPath": "/etc/baton-auth"},
+                          "tests": {"enabled": False}})
+    c = voter(docs)
+    assert security_flags(c) == ["--auth-file=/etc/baton-auth/policy.json"]
+    secret = find(docs, "Secret", "locks-baton-auth")
+    assert secret["type"] == "Opaque" and list(secret["data"]) == ["policy.json"]
+    # The file round-trips: what the binary reads is what the values said.
+    assert yaml.safe_load(base64.b64decode(secret["data"]["policy.json"])) == auth_file
+    volume = next(v for v in voter_pod(docs)["spec"]["volumes"] if v["name"] == "auth")
+    assert volume["secret"]["secretName"] == "locks-baton-auth"
+    assert {"name": "auth", "mountPath": "/etc/baton-auth", "readOnly": True} in c["volumeMounts"]
+    # No rollout annotation tied to the file: a change is re-read live, not by a restart.
+    assert not voter_pod(docs)["metadata"].get("annotations")
+
+
+def test_helm_test_pod_with_auth_reads_its_token_from_a_secret(chart):
+    pod = find(render(chart, AUTH_ON), "Pod", "locks-baton-test-lock")
+    (c,) = pod["spec"]["containers"]
+    assert env(c)["BATON_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "baton-test-token", "key": "token"}}
+    script = c["command"][2]
+    # The token goes to curl as a config line on stdin, never on a command line.
+    assert 'printf \'header = "Authorization: Bearer %s"\\n\' "$BATON_TOKEN" | curl -K -' in script
+    assert [line for line in script.splitlines() if "$BATON_TOKEN" in line] == [
+        '  printf \'header = "Authorization: Bearer %s"\\n\' "$BATON_TOKEN" | curl -K - \\']
+    assert "BATON_TOKEN" not in find(render(chart), "Pod", "locks-baton-test-lock")["spec"]["containers"][0]["command"][2]
+
+
+def test_notes_show_the_bearer_header_with_auth(chart):
+    notes = render_files(chart, AUTH_ON)["baton/templates/NOTES.txt"]
+    assert 'AUTH="Authorization: Bearer <token>"' in notes
+    assert 'curl -s -H "$AUTH" -XPOST localhost:7878/v1/locks/demo:acquire' in notes
+    assert "or an admin principal's token" in notes
+    open_notes = render_files(chart)["baton/templates/NOTES.txt"]
+    assert "Authorization" not in open_notes and "turn on\n   auth.enabled" in open_notes
 
 
 @pytest.mark.parametrize("client_ca", ["", "ca.crt"])
@@ -278,6 +331,15 @@ def test_service_monitor_scrapes_the_headless_service(chart):
     assert matching == ["locks-baton-headless"]
     assert monitor["spec"]["endpoints"][0]["port"] == "api"
     assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    assert "authorization" not in monitor["spec"]["endpoints"][0]
+
+
+def test_service_monitor_presents_a_bearer_token_from_a_secret(chart):
+    docs = render(chart, dict(AUTH_ON, serviceMonitor={
+        "enabled": True, "bearerTokenSecret": {"name": "prom-baton", "key": "admin-token"}}))
+    (endpoint,) = find(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["authorization"] == {"type": "Bearer",
+                                         "credentials": {"name": "prom-baton", "key": "admin-token"}}
 
 
 def test_helm_test_pod(chart):

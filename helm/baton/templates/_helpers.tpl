@@ -61,6 +61,16 @@ app.kubernetes.io/component: voter
 {{- end }}
 {{- end }}
 
+{{/* The Secret holding the auth file: auth.existingSecret, or <fullname>-auth
+created from auth.file. */}}
+{{- define "baton.authSecretName" -}}
+{{- if .Values.auth.existingSecret }}
+{{- .Values.auth.existingSecret }}
+{{- else }}
+{{- printf "%s-auth" (include "baton.fullname" .) }}
+{{- end }}
+{{- end }}
+
 {{- define "baton.image" -}}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
@@ -123,5 +133,35 @@ imagePullPolicy: {{ .Values.image.pullPolicy | quote }}
 {{- end }}
 {{- if and .Values.tls.enabled (not .Values.tls.existingSecret) }}
 {{- fail "tls.enabled needs tls.existingSecret" }}
+{{- end }}
+{{- include "baton.validateAuth" . }}
+{{- end }}
+
+{{/* Auth combinations: a setting that looks like auth is on while it is off, or
+one that would break the probes, the helm test or the scrape, is refused. */}}
+{{- define "baton.validateAuth" -}}
+{{- $auth := .Values.auth }}
+{{- $file := $auth.file | default dict }}
+{{- if not $auth.enabled }}
+{{- if or $auth.existingSecret $file }}
+{{- fail "auth.existingSecret or auth.file is set but auth.enabled is false: the voters would run without authentication. Set auth.enabled=true, or remove them" }}
+{{- end }}
+{{- else }}
+{{- if and $auth.existingSecret $file }}
+{{- fail "auth: set either auth.existingSecret (your Secret) or auth.file (the chart creates the Secret), not both" }}
+{{- end }}
+{{- if not (or $auth.existingSecret $file.principals) }}
+{{- fail "auth.enabled needs auth.existingSecret (a Secret holding the auth file) or auth.file with at least one principal" }}
+{{- end }}
+{{- $endpoints := $file.endpoints | default dict }}
+{{- if eq (toString ($endpoints.health | default "open")) "admin" }}
+{{- fail "auth.file.endpoints.health: admin would make the kubelet's probes (which carry no token) fail with 401 and the voters never Ready; keep health open (the default) and restrict the port with networkPolicy" }}
+{{- end }}
+{{- if and .Values.tests.enabled (not .Values.tests.tokenSecret.name) }}
+{{- fail "auth.enabled with tests.enabled needs tests.tokenSecret.name: a Secret whose key holds a client token allowed lock names starting with \"helm-test-\" (or set tests.enabled=false)" }}
+{{- end }}
+{{- if and .Values.serviceMonitor.enabled $file (not .Values.serviceMonitor.bearerTokenSecret.name) (ne (toString ($endpoints.metrics | default "admin")) "open") }}
+{{- fail "auth.enabled with serviceMonitor.enabled: /metrics needs an admin token; set serviceMonitor.bearerTokenSecret.name, or endpoints.metrics: open in auth.file" }}
+{{- end }}
 {{- end }}
 {{- end }}
