@@ -11,7 +11,8 @@ start it, with every cluster address moved onto 127.0.0.1.
   port P; `<service>.<ns>.svc.<domain>:P` becomes a backing pod's target port.
   Any other name under `.svc.<domain>` is an error: nothing may dial out.
 - Volume mount paths at the start of a value (or after `=`) become a directory
-  per (pod, volume).
+  per (pod, volume); a Secret volume's directory holds the Secret's keys as the
+  kubelet projects them (`write_secret_volume`).
 - The rendered binary path becomes the local binary.
 
 Only values change: a flag's name is never touched (see `flag_names`).
@@ -19,8 +20,11 @@ Only values change: a flag's name is never touched (see `flag_names`).
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -175,3 +179,29 @@ def localize(container: dict[str, Any], *, pod: str, namespace: str, loopback: L
 
 def ports_in(argv: list[str]) -> set[int]:
     return {int(m.group("port")) for a in argv for m in HOST_PORT.finditer(a)}
+
+
+def write_secret_volume(path: Path, files: dict[str, str]) -> None:
+    """Project a Secret into `path` the way the kubelet does (AtomicWriter): the
+    data in a fresh `..<stamp>` directory, `..data` a symlink to it, replaced by
+    a rename, and each key a symlink to `..data/<key>`. Called again with new
+    data, it swaps `..data` atomically, as a Secret update does: a reader of
+    `path/<key>` sees the old file or the new one, never a partial one."""
+    path.mkdir(parents=True, exist_ok=True)
+    stamp = path / f"..{time.strftime('%Y_%m_%d_%H_%M_%S')}.{time.monotonic_ns()}"
+    stamp.mkdir()
+    for key, value in files.items():
+        (stamp / key).write_text(value)
+    previous = os.readlink(path / "..data") if (path / "..data").is_symlink() else None
+    tmp = path / "..data_tmp"
+    os.symlink(stamp.name, tmp)
+    os.replace(tmp, path / "..data")
+    for key in files:
+        link = path / key
+        if not link.is_symlink():
+            os.symlink(f"..data/{key}", link)
+    for stale in path.iterdir():
+        if stale.is_symlink() and stale.name not in files and stale.name != "..data":
+            stale.unlink()
+    if previous:
+        shutil.rmtree(path / previous)

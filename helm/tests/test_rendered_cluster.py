@@ -5,12 +5,19 @@ acquired and released through the proxy. A flag the binary does not know makes
 `baton serve` exit, so a flag renamed in the binary but not in the chart fails
 here.
 
+The same again with auth on (`test_auth_*`): the auth file comes from the Secret
+the chart renders from auth.file, projected into each voter's volume directory
+the way the kubelet does, with tokens made by `baton auth new-token`; then 401s,
+403s, the probes, the ServiceMonitor's scrape, membership, the sidecar, the
+`helm test` script and a token rotation through a Secret update.
+
 Needs BATON_BIN (the `baton` binary; `make test-chart` sets it). Skipped only
 when BATON_BIN is unset; fails when it is set but not an executable file."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -24,26 +31,37 @@ from pathlib import Path
 import pytest
 
 from conftest import NAMESPACE, RELEASE, find, render
-from podrun import LOCAL_HOSTS, Loopback, flag_names, localize, ports_in, resolve_env
+from podrun import LOCAL_HOSTS, Loopback, flag_names, localize, ports_in, resolve_env, write_secret_volume
 
 REPLICAS = 3
 READY_TIMEOUT_S = 60
 RENDERED_BINARY = "/usr/local/bin/baton"
 
 
-def http(method: str, url: str, body: dict | None = None, timeout: float = 5.0) -> tuple[int, dict | str]:
+def exchange(method: str, url: str, body: dict | None = None, *, token: str | None = None,
+             headers: dict[str, str] | None = None, timeout: float = 5.0):
+    """(status, parsed body, response headers) of one request."""
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"content-type": "application/json"})
+    sent = {"content-type": "application/json", **(headers or {})}
+    if token is not None:
+        sent["authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=data, method=method, headers=sent)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            status, raw = response.status, response.read()
+            status, raw, got = response.status, response.read(), response.headers
     except urllib.error.HTTPError as error:
-        status, raw = error.code, error.read()
+        status, raw, got = error.code, error.read(), error.headers
     try:
-        return status, json.loads(raw)
+        parsed = json.loads(raw)
     except ValueError:
-        return status, raw.decode(errors="replace")
+        parsed = raw.decode(errors="replace")
+    return status, parsed, got
+
+
+def http(method: str, url: str, body: dict | None = None, timeout: float = 5.0,
+         token: str | None = None) -> tuple[int, dict | str]:
+    status, parsed, _ = exchange(method, url, body, token=token, timeout=timeout)
+    return status, parsed
 
 
 def baton_bin() -> str:
@@ -103,16 +121,37 @@ def rendered_secrets(docs) -> dict[str, dict[str, str]]:
             for d in docs if d["kind"] == "Secret"}
 
 
-@pytest.fixture(scope="module")
-def cluster(chart, tmp_path_factory):
+def wait_until(what: str, check, *, timeout: float, running: Pods | None = None, every: float = 0.1):
+    """Polls `check()` until it returns a true value (returned), failing after
+    `timeout` seconds with `what` and the pods' logs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if running is not None:
+            running.check_alive()
+        try:
+            result = check()
+        except OSError:
+            result = None
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout} s\n{running.logs() if running else ''}")
+        time.sleep(every)
+
+
+@contextlib.contextmanager
+def rendered_cluster(chart, workdir: Path, values: dict, *, extra_secrets: dict | None = None):
+    """Renders the chart with `values` and runs its voters (and the sidecar
+    example's proxy) as local processes; `extra_secrets` are Secrets the user
+    would have created (name -> {key: value})."""
     binary = baton_bin()
-    docs = render(chart, {"replicas": REPLICAS, "sidecarExample": {"enabled": True}})
-    workdir = tmp_path_factory.mktemp("pods")
+    docs = render(chart, values)
     domain = chart.values["clusterDomain"]
     sts = find(docs, "StatefulSet", f"{RELEASE}-baton")
     headless = find(docs, "Service", sts["spec"]["serviceName"])
     client_service = find(docs, "Service", f"{RELEASE}-baton")
-    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    pod_spec = sts["spec"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
     named_ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     pods = [f"{sts['metadata']['name']}-{i}" for i in range(sts["spec"]["replicas"])]
 
@@ -123,12 +162,23 @@ def cluster(chart, tmp_path_factory):
         target = port["targetPort"]
         loopback.add_service(f"{client_service['metadata']['name']}.{NAMESPACE}.svc.{domain}", port["port"],
                              pods[0], named_ports.get(target, target))
-    secrets = rendered_secrets(docs)
+    secrets = {**rendered_secrets(docs), **(extra_secrets or {})}
 
     def volume_dir(pod: str, volume: str) -> Path:
         path = workdir / pod / "volumes" / volume
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    # Secret volumes, projected as the kubelet does (a missing Secret would keep
+    # the pod from starting: here it fails the test).
+    secret_volumes = {}
+    for volume in pod_spec.get("volumes", []):
+        if "secret" in volume:
+            name = volume["secret"]["secretName"]
+            assert name in secrets, f"volume {volume['name']}: Secret {name} is neither rendered nor given"
+            secret_volumes[volume["name"]] = name
+            for pod in pods:
+                write_secret_volume(volume_dir(pod, volume["name"]), secrets[name])
 
     def local(container, pod):
         return localize(container, pod=pod, namespace=NAMESPACE, loopback=loopback, secrets=secrets,
@@ -146,41 +196,41 @@ def cluster(chart, tmp_path_factory):
         for process in voters:
             running.start(process)
         api = {pod: loopback.port(pod, named_ports["api"]) for pod in pods}
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        # Readiness as the kubelet asks it: GET /readyz, no token.
         waiting = set(pods)
-        while waiting:
-            running.check_alive()
+
+        def all_ready():
             for pod in sorted(waiting):
                 try:
-                    status, _ = http("GET", f"http://127.0.0.1:{api[pod]}/readyz", timeout=1)
+                    if http("GET", f"http://127.0.0.1:{api[pod]}/readyz", timeout=1)[0] == 200:
+                        waiting.discard(pod)
                 except OSError:
-                    continue
-                if status == 200:
-                    waiting.discard(pod)
-            if waiting and time.monotonic() > deadline:
-                pytest.fail(f"not ready after {READY_TIMEOUT_S} s: {sorted(waiting)}\n{running.logs()}")
-            time.sleep(0.2)
+                    pass
+            return not waiting
+
+        wait_until(f"voters ready (waiting for {sorted(waiting)})", all_ready, timeout=READY_TIMEOUT_S,
+                   running=running, every=0.2)
         running.start(proxy)
         proxy_port = loopback.port(app_pod, 7878)
-        deadline = time.monotonic() + 20
-        while True:
-            running.check_alive()
-            try:
-                if http("GET", f"http://127.0.0.1:{proxy_port}/healthz", timeout=1)[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the proxy does not answer\n{running.logs()}")
-            time.sleep(0.1)
+        wait_until("the proxy answers /healthz",
+                   lambda: http("GET", f"http://127.0.0.1:{proxy_port}/healthz", timeout=1)[0] == 200,
+                   timeout=20, running=running)
         yield {
             "binary": binary, "docs": docs, "loopback": loopback, "pods": pods, "api": api,
             "voters": voters, "proxy": proxy, "proxy_port": proxy_port, "app_pod": app_pod,
             "container": container, "proxy_container": proxy_container, "named_ports": named_ports,
-            "running": running, "secrets": secrets, "workdir": workdir,
+            "running": running, "secrets": secrets, "workdir": workdir, "volume_dir": volume_dir,
+            "secret_volumes": secret_volumes,
         }
     finally:
         running.stop_all()
+
+
+@pytest.fixture(scope="module")
+def cluster(chart, tmp_path_factory):
+    with rendered_cluster(chart, tmp_path_factory.mktemp("pods"),
+                          {"replicas": REPLICAS, "sidecarExample": {"enabled": True}}) as running:
+        yield running
 
 
 def test_rewrite_keeps_every_flag_name(cluster):
@@ -315,3 +365,272 @@ def test_localize_env_paths_and_binary(tmp_path):
     with pytest.raises(ValueError):
         localize(dict(container, command=["/bin/other"]), pod="b-1", namespace="ns", loopback=lb, secrets={"s": {"k": "v"}},
                  binary="x", rendered_binary=RENDERED_BINARY, volume_dir=lambda pod, volume: tmp_path)
+
+
+# --- Auth on: the same rendered voters with --auth-file from a rendered Secret ---
+
+def new_token(binary: str) -> tuple[str, str]:
+    """(token, digest) from `baton auth new-token`."""
+    out = subprocess.run([binary, "auth", "new-token"], capture_output=True, text=True, timeout=10, check=True)
+    token, digest = out.stdout.split()
+    return token, digest
+
+
+def hash_token(binary: str, token: str) -> str:
+    out = subprocess.run([binary, "auth", "hash-token"], input=token + "\n", capture_output=True, text=True,
+                         timeout=10, check=True)
+    return out.stdout.strip()
+
+
+def auth_file(principals: dict[str, list[str]]) -> dict:
+    """The auth file of the scenario, with these digests per principal."""
+    return {
+        "principals": [
+            {"name": "billing", "role": "client", "tokens": principals["billing"],
+             "locks": ["billing/"], "watch": ["billing/"]},
+            {"name": "helm-test", "role": "client", "tokens": principals["helm-test"], "locks": ["helm-test-"]},
+            {"name": "ops", "role": "admin", "tokens": principals["ops"]},
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def auth_cluster(chart, tmp_path_factory):
+    binary = baton_bin()
+    tokens = {name: new_token(binary) for name in ("billing", "helm-test", "ops")}
+    for token, digest in tokens.values():
+        # The two subcommands agree: hash-token gives new-token's digest.
+        assert hash_token(binary, token) == digest
+    values = {
+        "replicas": REPLICAS,
+        "sidecarExample": {"enabled": True},
+        "auth": {"enabled": True, "file": auth_file({n: [d] for n, (_, d) in tokens.items()})},
+        "tests": {"tokenSecret": {"name": "baton-test-token", "key": "token"}},
+        "serviceMonitor": {"enabled": True, "bearerTokenSecret": {"name": "prometheus-baton", "key": "token"}},
+    }
+    extra = {"baton-test-token": {"token": tokens["helm-test"][0]},
+             "prometheus-baton": {"token": tokens["ops"][0]}}
+    with rendered_cluster(chart, tmp_path_factory.mktemp("auth-pods"), values, extra_secrets=extra) as running:
+        running["tokens"] = {name: token for name, (token, _) in tokens.items()}
+        running["digests"] = {name: digest for name, (_, digest) in tokens.items()}
+        yield running
+
+
+def test_auth_voters_read_the_rendered_secret_and_form_one_cluster(auth_cluster):
+    c = auth_cluster
+    assert c["secret_volumes"] == {"auth": f"{RELEASE}-baton-auth"}
+    rendered = c["secrets"][f"{RELEASE}-baton-auth"]["auth.yaml"]
+    assert "sha256:" in rendered and not any(t in rendered for t in c["tokens"].values())
+    for process in c["voters"]:
+        (path,) = [a.split("=", 1)[1] for a in process.argv if a.startswith("--auth-file=")]
+        assert Path(path) == c["volume_dir"](process.pod, "auth") / "auth.yaml"
+        assert Path(path).read_text() == rendered
+    # The voters found each other (peers authenticate with the cluster secret on
+    # the raft port, not with API tokens) and agree on one leader.
+    admin = c["tokens"]["ops"]
+    views = [http("GET", f"http://127.0.0.1:{c['api'][pod]}/v1/cluster", token=admin) for pod in c["pods"]]
+    assert [status for status, _ in views] == [200] * REPLICAS, views
+    assert len({v["cluster_id"] for _, v in views}) == 1
+    assert {m["id"] for m in views[0][1]["members"]} == {1, 2, 3}
+    assert views[0][1]["leader_id"] in {1, 2, 3}
+    assert len({v["leader_id"] for _, v in views}) == 1
+
+
+def test_auth_requests_without_a_valid_token_get_401(auth_cluster):
+    c = auth_cluster
+    for pod in c["pods"]:
+        base = f"http://127.0.0.1:{c['api'][pod]}"
+        for method, path, body, headers in [
+            ("GET", "/v1/cluster", None, {}),
+            ("POST", "/v1/leases", {"ttl_ms": 5000}, {}),
+            ("POST", "/v1/locks/billing/x:acquire", {"ttl_ms": 5000}, {}),
+            ("GET", "/v1/locks", None, {"authorization": "Bearer not-a-token"}),
+            ("GET", "/v1/locks", None, {"authorization": f"Basic {c['tokens']['billing']}"}),
+        ]:
+            status, problem, got = exchange(method, base + path, body, headers=headers)
+            assert status == 401, (pod, path, problem)
+            assert problem["code"] == "unauthenticated"
+            assert got["content-type"].startswith("application/problem+json")
+            assert got["www-authenticate"] == 'Bearer realm="baton"'
+            assert c["tokens"]["billing"] not in json.dumps(problem)
+
+
+def test_auth_client_token_works_on_its_prefix_and_gets_403_elsewhere(auth_cluster):
+    c = auth_cluster
+    billing = c["tokens"]["billing"]
+    # A follower and the leader alike (a follower forwards the write with its principal).
+    for pod in c["pods"]:
+        base = f"http://127.0.0.1:{c['api'][pod]}"
+        status, lease = http("POST", f"{base}/v1/leases", {"ttl_ms": 15000}, token=billing)
+        assert status == 201, lease
+        name = f"billing/{pod}"
+        status, grant = http("POST", f"{base}/v1/locks/{name}:acquire", {"lease_id": lease["lease_id"]},
+                             token=billing)
+        assert status == 200 and grant["token"] > 0, grant
+        status, problem = http("POST", f"{base}/v1/locks/payroll/{pod}:acquire", {"lease_id": lease["lease_id"]},
+                               token=billing)
+        assert (status, problem["code"]) == (403, "forbidden"), problem
+        # The lease belongs to billing: even an admin may not present it.
+        status, problem = http("POST", f"{base}/v1/leases/{lease['lease_id']}:keepalive", {},
+                               token=c["tokens"]["ops"])
+        assert (status, problem["code"]) == (403, "forbidden"), problem
+        status, released = http("POST", f"{base}/v1/locks/{name}:release",
+                                {"lease_id": lease["lease_id"], "token": grant["token"]}, token=billing)
+        assert status == 200 and released["released"] is True, released
+    # The list shows billing's names only, and no other principal's.
+    status, listed = http("GET", f"http://127.0.0.1:{c['api'][c['pods'][0]]}/v1/locks", token=billing)
+    assert status == 200 and all(item["name"].startswith("billing/") for item in listed["items"]), listed
+
+
+def test_auth_probes_and_metrics_as_rendered(auth_cluster):
+    """The kubelet's probes need no token (health open by default); the
+    ServiceMonitor's scrape carries the admin token of its bearerTokenSecret."""
+    c = auth_cluster
+    container = c["container"]
+    for pod in c["pods"]:
+        for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
+            get = container[kind]["httpGet"]
+            port = c["named_ports"].get(get["port"], get["port"])
+            status, body = http("GET", f"http://127.0.0.1:{c['loopback'].port(pod, port)}{get['path']}")
+            assert status == 200, (pod, kind, body)
+    (endpoint,) = find(c["docs"], "ServiceMonitor")["spec"]["endpoints"]
+    credentials = endpoint["authorization"]["credentials"]
+    scrape_token = c["secrets"][credentials["name"]][credentials["key"]]
+    for pod in c["pods"]:
+        url = f"http://127.0.0.1:{c['api'][pod]}{endpoint['path']}"
+        assert http("GET", url)[0] == 401
+        assert http("GET", url, token=c["tokens"]["billing"])[0] == 403
+        status, text = http("GET", url, token=scrape_token)
+        assert status == 200 and "baton_raft_term" in text, text
+
+
+def test_auth_membership_needs_the_cluster_secret_or_an_admin(auth_cluster):
+    c = auth_cluster
+    pod = c["pods"][2]
+    member = {"id": 3, "api_addr": f"http://127.0.0.1:{c['api'][pod]}",
+              "raft_addr": f"http://127.0.0.1:{c['loopback'].port(pod, c['named_ports']['raft'])}"}
+    base = f"http://127.0.0.1:{c['api'][c['pods'][0]]}"
+    status, problem = http("POST", f"{base}/v1/cluster/members", member)
+    assert (status, problem["code"]) == (401, "unauthenticated"), problem
+    status, problem = http("POST", f"{base}/v1/cluster/members", member, token=c["tokens"]["billing"])
+    assert (status, problem["code"]) == (403, "forbidden"), problem
+    # The rendered cluster secret (what `kubectl get secret` gives an operator):
+    # re-adding a member as it is changes nothing and succeeds.
+    secret = c["voters"][0].env["BATON_CLUSTER_SECRET"]
+    status, body, _ = exchange("POST", f"{base}/v1/cluster/members", member,
+                               headers={"baton-cluster-secret": secret}, timeout=30)
+    assert status == 200, body
+    status, view = http("GET", f"{base}/v1/cluster", token=c["tokens"]["ops"])
+    assert {m["id"] for m in view["members"]} == {1, 2, 3}
+
+
+def test_auth_through_the_rendered_sidecar(auth_cluster):
+    """The proxy holds no token: it passes the application's through."""
+    c = auth_cluster
+    base = f"http://127.0.0.1:{c['proxy_port']}"
+    status, problem = http("POST", f"{base}/v1/leases", {"ttl_ms": 15000})
+    assert (status, problem["code"]) == (401, "unauthenticated"), problem
+    billing = c["tokens"]["billing"]
+    status, grant = http("POST", f"{base}/v1/locks/billing/sidecar:acquire", {"ttl_ms": 15000}, token=billing)
+    assert status == 200, grant
+    status, problem = http("POST", f"{base}/v1/locks/payroll/sidecar:acquire", {"ttl_ms": 15000}, token=billing)
+    assert (status, problem["code"]) == (403, "forbidden"), problem
+    status, released = http("POST", f"{base}/v1/locks/billing/sidecar:release",
+                            {"lease_id": grant["lease_id"], "token": grant["token"]}, token=billing)
+    assert status == 200 and released["released"] is True, released
+    # Its exec probes (through the proxy to /readyz) need no token either.
+    for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
+        command = list(c["proxy_container"][kind]["exec"]["command"])
+        argv = [c["binary"]] + [c["loopback"].rewrite(a, c["app_pod"]) for a in command[1:]]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        assert done.returncode == 0, (kind, done.stderr)
+
+
+def run_helm_test_pod(c, secrets) -> subprocess.CompletedProcess:
+    shell, curl = shutil.which("sh"), shutil.which("curl")
+    if not (shell and curl):
+        pytest.skip("needs sh and curl on this machine to run the helm test script")
+    pod = find(c["docs"], "Pod", f"{RELEASE}-baton-test-lock")
+    (container,) = pod["spec"]["containers"]
+    env = resolve_env(container, pod=pod["metadata"]["name"], namespace=NAMESPACE, secrets=secrets)
+    env = {k: c["loopback"].rewrite(v, pod["metadata"]["name"]) for k, v in env.items()}
+    env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
+    assert container["command"][:2] == ["/bin/sh", "-c"]
+    return subprocess.run([shell, "-c", container["command"][2]], env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_auth_helm_test_pod_passes_with_its_token(auth_cluster):
+    c = auth_cluster
+    done = run_helm_test_pod(c, c["secrets"])
+    assert done.returncode == 0 and "PASS" in done.stdout, (done.stdout, done.stderr)
+    assert c["tokens"]["helm-test"] not in done.stdout + done.stderr
+    # Not vacuous: with billing's token (no "helm-test-" prefix) the same script fails.
+    wrong = {**c["secrets"], "baton-test-token": {"token": c["tokens"]["billing"]}}
+    done = run_helm_test_pod(c, wrong)
+    assert done.returncode != 0 and "PASS" not in done.stdout, (done.stdout, done.stderr)
+    assert "FAIL: the acquire was refused" in done.stdout and '"code":"forbidden"' in done.stdout, done.stdout
+
+
+def test_auth_token_rotation_through_the_secret_without_restart(auth_cluster, chart):
+    """README "Authentication": add the new digest, move clients, remove the old.
+    The Secret update is projected the kubelet's way (an atomic ..data swap) and
+    every voter re-reads the file by itself (polled every 2 s), with no restart."""
+    c = auth_cluster
+    old = c["tokens"]["billing"]
+    new, new_digest = new_token(c["binary"])
+    pids = {pod: proc.pid for pod, (proc, _) in c["running"].running.items()}
+    secret_name = f"{RELEASE}-baton-auth"
+
+    def publish(billing_digests):
+        file = auth_file({"billing": billing_digests, "helm-test": [c["digests"]["helm-test"]],
+                          "ops": [c["digests"]["ops"]]})
+        docs = render(chart, {"replicas": REPLICAS, "auth": {"enabled": True, "file": file},
+                              "tests": {"enabled": False}})
+        data = rendered_secrets(docs)[secret_name]
+        for pod in c["pods"]:
+            write_secret_volume(c["volume_dir"](pod, "auth"), data)
+
+    def status_everywhere(token):
+        return {pod: http("GET", f"http://127.0.0.1:{c['api'][pod]}/v1/locks", token=token, timeout=2)[0]
+                for pod in c["pods"]}
+
+    assert set(status_everywhere(new).values()) == {401}
+    # 1. Both digests: the new token works on every voter, the old one still does.
+    publish([c["digests"]["billing"], new_digest])
+    wait_until("the new token accepted by every voter", lambda: set(status_everywhere(new).values()) == {200},
+               timeout=15, running=c["running"])
+    assert set(status_everywhere(old).values()) == {200}
+    # 2. Only the new one: the old token is refused everywhere.
+    publish([new_digest])
+    wait_until("the old token refused by every voter", lambda: set(status_everywhere(old).values()) == {401},
+               timeout=15, running=c["running"])
+    assert set(status_everywhere(new).values()) == {200}
+    # No voter restarted for it.
+    assert {pod: proc.pid for pod, (proc, _) in c["running"].running.items()} == pids
+    c["running"].check_alive()
+    c["tokens"]["billing"], c["digests"]["billing"] = new, new_digest
+
+
+def test_auth_sidecar_fails_over_between_its_seeds(auth_cluster):
+    """With auth on the proxy cannot read GET /v1/cluster (it holds no token), so
+    it keeps its rendered seed order instead of learning the leader: requests go
+    to voter 0 first and move on when it is gone. Runs last: it stops voter 0."""
+    c = auth_cluster
+    base = f"http://127.0.0.1:{c['proxy_port']}"
+    proc, _ = c["running"].running.pop(c["pods"][0])
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=20)
+    billing = c["tokens"]["billing"]
+
+    def acquired():
+        status, grant = http("POST", f"{base}/v1/locks/billing/failover:acquire", {"ttl_ms": 15000},
+                             token=billing, timeout=5)
+        return grant if status == 200 else None
+
+    # The two voters left elect a leader if voter 0 led (503 until then).
+    grant = wait_until("a lock through the proxy with voter 0 gone", acquired, timeout=30,
+                       running=c["running"], every=0.2)
+    status, released = http("POST", f"{base}/v1/locks/billing/failover:release",
+                            {"lease_id": grant["lease_id"], "token": grant["token"]}, token=billing)
+    assert status == 200 and released["released"] is True, released
