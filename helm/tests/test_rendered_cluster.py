@@ -634,3 +634,17 @@ def test_auth_sidecar_fails_over_between_its_seeds(auth_cluster):
     status, released = http("POST", f"{base}/v1/locks/billing/failover:release",
                             {"lease_id": grant["lease_id"], "token": grant["token"]}, token=billing)
     assert status == 200 and released["released"] is True, released
+
+
+def test_secret_volume_projection(tmp_path):
+    """write_secret_volume in isolation: the kubelet's layout, and an update that
+    swaps ..data (the path a reader opens never changes) and drops removed keys."""
+    vol = tmp_path / "auth"
+    write_secret_volume(vol, {"auth.yaml": "one", "old": "x"})
+    assert os.readlink(vol / "auth.yaml") == "..data/auth.yaml"
+    assert (vol / "..data").is_symlink() and (vol / "auth.yaml").read_text() == "one"
+    first = os.readlink(vol / "..data")
+    write_secret_volume(vol, {"auth.yaml": "two"})
+    assert (vol / "auth.yaml").read_text() == "two"
+    assert os.readlink(vol / "..data") != first and not (vol / first).exists()
+    assert sorted(p.name for p in vol.iterdir() if not p.name.startswith("..")) == ["auth.yaml"]
