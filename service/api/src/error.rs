@@ -198,6 +198,9 @@ impl ApiError {
                     "unavailable",
                     "Unavailable",
                 ),
+                RaftLayerError::Overloaded { .. } => {
+                    map(StatusCode::SERVICE_UNAVAILABLE, "overloaded", "Overloaded")
+                }
                 RaftLayerError::RevisionNotReached { .. } => map(
                     StatusCode::GATEWAY_TIMEOUT,
                     "revision_not_reached",
@@ -269,6 +272,7 @@ impl ApiError {
         match self {
             ApiError::Raft(RaftLayerError::Unavailable { retry_after, .. }) => Some(*retry_after),
             ApiError::Raft(RaftLayerError::NotLeader { .. })
+            | ApiError::Raft(RaftLayerError::Overloaded { .. })
             | ApiError::Core(CoreError::LeaseExists)
             | ApiError::Watch(WatchError::Closed) => Some(Duration::from_secs(1)),
             _ => None,

@@ -29,6 +29,10 @@ pub struct NodeConfig {
     /// new requests gather into the next batch: this is what makes one fsync serve
     /// many requests.
     pub max_in_flight: InFlight,
+    /// Requests waiting for a place in a log entry, at most: beyond it a write is
+    /// refused at once (503 `overloaded`, certainly not applied) instead of
+    /// waiting behind a queue it cannot get through before its deadline.
+    pub max_queued: usize,
     /// How often the leader's lease clock looks for expired leases.
     pub lease_tick: Duration,
     /// Raft heartbeat interval.
@@ -68,6 +72,7 @@ impl NodeConfig {
             limits: Limits::default(),
             max_batch: 1024,
             max_in_flight: InFlight::Auto,
+            max_queued: 8192,
             lease_tick: Duration::from_millis(100),
             heartbeat: Duration::from_millis(100),
             election_timeout: Duration::from_millis(500),

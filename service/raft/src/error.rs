@@ -24,6 +24,13 @@ pub enum RaftLayerError {
         /// A hint for the client's retry.
         retry_after: Duration,
     },
+    /// The leader's proposal queue is full: the request was refused before it
+    /// was queued, so it was certainly not applied and a retry is safe.
+    #[error("overloaded: {queued} requests are already waiting to be proposed")]
+    Overloaded {
+        /// The queue's capacity.
+        queued: usize,
+    },
     /// `DELETE /v1/cluster/members/{id}` for a node that is not a member.
     #[error("node {0} is not a member of the cluster")]
     MemberNotFound(u64),

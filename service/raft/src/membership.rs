@@ -88,7 +88,14 @@ impl Node {
     /// unreachable or foreign address is refused before anything is written.
     async fn check_reachable(&self, id: u64, node: &BatonNode) -> Result<(), RaftLayerError> {
         match self.link.status(&node.raft_addr, REACH_TIMEOUT).await {
-            Ok(_) => Ok(()),
+            // Whoever answers there must be the node being added: the leader
+            // answering for its own address once let a second id share it, and
+            // openraft panicked on the resulting membership.
+            Ok(status) if status.node_id == id => Ok(()),
+            Ok(status) => Err(RaftLayerError::MembershipRefused(format!(
+                "the node answering on {} is node {}, not node {id}",
+                node.raft_addr, status.node_id
+            ))),
             Err(error) => Err(RaftLayerError::MembershipRefused(format!(
                 "node {id} does not answer on its raft address {} ({error}); start it first, with the cluster secret",
                 node.raft_addr

@@ -173,6 +173,7 @@ impl Node {
             config.max_batch,
             config.max_in_flight,
             config.propose_timeout,
+            config.max_queued,
         );
         let (stop, _) = watch::channel(false);
         let link = LeaderLink::new(client, config.cluster_secret.clone());

@@ -10,6 +10,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -23,9 +24,45 @@ use crate::error::RaftLayerError;
 
 type Reply = oneshot::Sender<Result<Outcome, RaftLayerError>>;
 
+/// A queued request's fate, decided once by whoever gets there first: the
+/// batching task takes it into an entry, or its caller gives up on it. A request
+/// its caller gave up on is never proposed, so "not proposed" answers are true.
+const QUEUED: u8 = 0;
+const TAKEN: u8 = 1;
+const ABANDONED: u8 = 2;
+
 struct Pending {
     request: Request,
     reply: Reply,
+    claim: Arc<AtomicU8>,
+}
+
+impl Pending {
+    /// Takes the request into an entry, unless its caller gave up on it.
+    fn take(&self) -> bool {
+        self.claim
+            .compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+/// Gives the request up when its caller stops waiting (timeout, or the caller's
+/// future dropped because the client went away), unless it was already taken.
+struct Abandon(Arc<AtomicU8>);
+
+impl Abandon {
+    /// True when the request is given up (it will never be proposed).
+    fn give_up(&self) -> bool {
+        self.0
+            .compare_exchange(QUEUED, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        self.give_up();
+    }
 }
 
 /// How many log entries the proposer keeps outstanding (proposed, not yet applied).
@@ -104,7 +141,7 @@ impl LogSink for Raft<TypeConfig> {
 /// Submits requests to the Raft log in batches.
 #[derive(Clone)]
 pub struct Proposer {
-    tx: mpsc::UnboundedSender<Pending>,
+    tx: mpsc::Sender<Pending>,
 }
 
 /// Current wall-clock time in milliseconds since the Unix epoch.
@@ -122,14 +159,25 @@ impl Proposer {
     /// never answers some entries (an uncommitted entry of a deposed leader that
     /// later catches up by snapshot), and a place held forever would stop every
     /// later write on this node.
+    ///
+    /// At most `max_queued` requests wait for a place in an entry; beyond that a
+    /// request is refused at once with [`RaftLayerError::Overloaded`].
     pub fn start(
         raft: Raft<TypeConfig>,
         limits: Limits,
         max_batch: usize,
         in_flight: InFlight,
         answer_timeout: Duration,
+        max_queued: usize,
     ) -> Proposer {
-        Self::start_with(raft, limits, max_batch, in_flight, answer_timeout)
+        Self::start_with(
+            raft,
+            limits,
+            max_batch,
+            in_flight,
+            answer_timeout,
+            max_queued,
+        )
     }
 
     fn start_with(
@@ -138,8 +186,9 @@ impl Proposer {
         max_batch: usize,
         in_flight: InFlight,
         answer_timeout: Duration,
+        max_queued: usize,
     ) -> Proposer {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(max_queued.max(1));
         tokio::spawn(run(
             sink,
             rx,
@@ -153,14 +202,43 @@ impl Proposer {
         Proposer { tx }
     }
 
-    /// Proposes one request and waits until it is committed and applied.
-    pub async fn propose(&self, request: Request) -> Result<Outcome, RaftLayerError> {
+    /// Proposes one request and waits up to `deadline` until it is committed and
+    /// applied. A full queue refuses it at once ([`RaftLayerError::Overloaded`]);
+    /// a request still queued at the deadline is withdrawn and answered as not
+    /// applied; one already proposed answers "outcome unknown".
+    pub async fn propose(
+        &self,
+        request: Request,
+        deadline: Duration,
+    ) -> Result<Outcome, RaftLayerError> {
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Pending { request, reply })
-            .map_err(|_| RaftLayerError::unavailable("the node is shutting down"))?;
-        rx.await
-            .map_err(|_| RaftLayerError::unavailable("the proposal was dropped"))?
+        let claim = Arc::new(AtomicU8::new(QUEUED));
+        let pending = Pending {
+            request,
+            reply,
+            claim: claim.clone(),
+        };
+        self.tx.try_send(pending).map_err(|error| match error {
+            mpsc::error::TrySendError::Full(_) => RaftLayerError::Overloaded {
+                queued: self.tx.max_capacity(),
+            },
+            mpsc::error::TrySendError::Closed(_) => {
+                RaftLayerError::unavailable("the node is shutting down")
+            }
+        })?;
+        let abandon = Abandon(claim);
+        match tokio::time::timeout(deadline, rx).await {
+            Ok(answer) => {
+                answer.map_err(|_| RaftLayerError::unavailable("the proposal was dropped"))?
+            }
+            Err(_) if abandon.give_up() => Err(RaftLayerError::unavailable(format!(
+                "not proposed within {deadline:?} (the node is overloaded or has no quorum); \
+                 nothing was applied"
+            ))),
+            Err(_) => Err(RaftLayerError::outcome_unknown(format!(
+                "not committed within {deadline:?} (no quorum?)"
+            ))),
+        }
     }
 }
 
@@ -172,7 +250,7 @@ struct Batching {
     answer_timeout: Duration,
 }
 
-async fn run(sink: impl LogSink, mut rx: mpsc::UnboundedReceiver<Pending>, settings: Batching) {
+async fn run(sink: impl LogSink, mut rx: mpsc::Receiver<Pending>, settings: Batching) {
     let capacity = settings.in_flight.capacity();
     let slots = Arc::new(Semaphore::new(capacity));
     loop {
@@ -183,13 +261,19 @@ async fn run(sink: impl LogSink, mut rx: mpsc::UnboundedReceiver<Pending>, setti
         let Ok(permit) = slots.clone().acquire_many_owned(permits).await else {
             return;
         };
-        let Some(first) = rx.recv().await else {
-            return;
+        let first = loop {
+            let Some(next) = rx.recv().await else {
+                return;
+            };
+            if next.take() {
+                break next;
+            }
         };
         let mut pending = vec![first];
         while pending.len() < settings.max_batch {
             match rx.try_recv() {
-                Ok(next) => pending.push(next),
+                Ok(next) if next.take() => pending.push(next),
+                Ok(_) => {}
                 Err(_) => break,
             }
         }
@@ -261,6 +345,8 @@ mod tests {
     struct ScriptedLog {
         voters: usize,
         submitted: AtomicUsize,
+        /// Requests per submitted entry, in order.
+        sizes: Mutex<Vec<usize>>,
         /// Per submitted entry, in order: the sender that answers it.
         answers: Mutex<Vec<oneshot::Sender<()>>>,
     }
@@ -270,6 +356,7 @@ mod tests {
             Arc::new(ScriptedLog {
                 voters,
                 submitted: AtomicUsize::new(0),
+                sizes: Mutex::new(Vec::new()),
                 answers: Mutex::new(Vec::new()),
             })
         }
@@ -287,8 +374,9 @@ mod tests {
         async fn submit(&self, batch: Batch) -> Result<Applied, RaftLayerError> {
             let (tx, rx) = oneshot::channel();
             self.answers.lock().expect("lock").push(tx);
-            self.submitted.fetch_add(1, Ordering::SeqCst);
             let count = batch.requests.len();
+            self.sizes.lock().expect("lock").push(count);
+            self.submitted.fetch_add(1, Ordering::SeqCst);
             Ok(Box::pin(async move {
                 rx.await
                     .map_err(|_| RaftLayerError::unavailable("never answered"))?;
@@ -310,12 +398,22 @@ mod tests {
 
     /// A proposer on `log` with the default (automatic) number in flight.
     fn start(log: &Arc<ScriptedLog>, answer_timeout: Duration) -> Proposer {
+        start_queued(log, answer_timeout, 64)
+    }
+
+    /// The same with room for `max_queued` waiting requests.
+    fn start_queued(
+        log: &Arc<ScriptedLog>,
+        answer_timeout: Duration,
+        max_queued: usize,
+    ) -> Proposer {
         Proposer::start_with(
             log.clone(),
             Limits::default(),
             16,
             InFlight::Auto,
             answer_timeout,
+            max_queued,
         )
     }
 
@@ -328,7 +426,7 @@ mod tests {
         proposer: &Proposer,
     ) -> tokio::task::JoinHandle<Result<Outcome, RaftLayerError>> {
         let proposer = proposer.clone();
-        tokio::spawn(async move { proposer.propose(tick()).await })
+        tokio::spawn(async move { proposer.propose(tick(), Duration::from_secs(60)).await })
     }
 
     /// Waits (bounded) until `log` has seen `count` entries.
@@ -400,5 +498,62 @@ mod tests {
             matches!(unknown, Err(RaftLayerError::Unavailable { ref reason, .. }) if reason.contains("may or may not")),
             "{unknown:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_at_once_and_the_queued_requests_still_go_through() {
+        let log = ScriptedLog::new(1);
+        let proposer = start_queued(&log, Duration::from_secs(60), 2);
+        let first = propose_in_background(&proposer);
+        until_submitted(&log, 1).await;
+        // Entry 0 holds the only place in flight: the next two wait in the queue,
+        // and a third finds it full.
+        let queued = [
+            propose_in_background(&proposer),
+            propose_in_background(&proposer),
+        ];
+        for _ in 0..500 {
+            if proposer.tx.capacity() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(proposer.tx.capacity(), 0, "both are queued");
+        let refused = proposer.propose(tick(), Duration::from_secs(60)).await;
+        assert!(
+            matches!(refused, Err(RaftLayerError::Overloaded { queued: 2 })),
+            "{refused:?}"
+        );
+        log.answer(0);
+        assert!(first.await.expect("task").is_ok());
+        until_submitted(&log, 2).await;
+        log.answer(1);
+        for waiting in queued {
+            assert!(waiting.await.expect("task").is_ok());
+        }
+        let sizes = log.sizes.lock().expect("lock").clone();
+        assert_eq!(sizes, [1, 2], "the refused request was never proposed");
+    }
+
+    #[tokio::test]
+    async fn a_request_withdrawn_at_its_deadline_is_never_proposed() {
+        let log = ScriptedLog::new(1);
+        let proposer = start(&log, Duration::from_secs(60));
+        let first = propose_in_background(&proposer);
+        until_submitted(&log, 1).await;
+        // Queued behind entry 0, which is not answered before this deadline.
+        let withdrawn = proposer.propose(tick(), Duration::from_millis(50)).await;
+        assert!(
+            matches!(withdrawn, Err(RaftLayerError::Unavailable { ref reason, .. }) if reason.contains("nothing was applied")),
+            "{withdrawn:?}"
+        );
+        log.answer(0);
+        assert!(first.await.expect("task").is_ok());
+        let next = propose_in_background(&proposer);
+        until_submitted(&log, 2).await;
+        log.answer(1);
+        assert!(next.await.expect("task").is_ok());
+        let sizes = log.sizes.lock().expect("lock").clone();
+        assert_eq!(sizes, [1, 1], "entry 1 carries only the later request");
     }
 }

@@ -256,15 +256,9 @@ impl Node {
         {
             return Err(self.not_leader());
         }
-        match tokio::time::timeout(self.config.propose_timeout, self.proposer.propose(request))
+        self.proposer
+            .propose(request, self.config.propose_timeout)
             .await
-        {
-            Ok(result) => result,
-            Err(_) => Err(RaftLayerError::outcome_unknown(format!(
-                "not committed within {:?} (no quorum?)",
-                self.config.propose_timeout
-            ))),
-        }
     }
 
     async fn read_index_local(&self) -> Result<u64, RaftLayerError> {

@@ -151,6 +151,10 @@ pub struct ServeArgs {
     /// Most client requests in one Raft log entry.
     #[arg(long, env = "BATON_MAX_BATCH", default_value_t = 1_024)]
     pub max_batch: usize,
+    /// Writes waiting for a place in a log entry, at most; beyond it a write is
+    /// refused at once with 503 `overloaded` (certainly not applied: retry).
+    #[arg(long, env = "BATON_MAX_QUEUED_PROPOSALS", default_value_t = 8192)]
+    pub max_queued_proposals: usize,
     /// Log entries proposed but not yet applied, at most: while they are in
     /// flight, new requests gather into the next entry. Default: 1 while this node
     /// is the only voter, 2 with followers (see ARCHITECTURE.md, "Proposal
@@ -199,6 +203,9 @@ impl ServeArgs {
         }
         if self.max_batch == 0 {
             return Err("--max-batch must be at least 1".into());
+        }
+        if self.max_queued_proposals == 0 {
+            return Err("--max-queued-proposals must be at least 1".into());
         }
         if self.max_in_flight == Some(0) {
             return Err("--max-in-flight must be at least 1".into());
@@ -263,6 +270,7 @@ impl ServeArgs {
         config.raft_addr = raft_url;
         config.limits = self.limits();
         config.max_batch = self.max_batch;
+        config.max_queued = self.max_queued_proposals;
         config.max_in_flight = self.max_in_flight.map_or(InFlight::Auto, InFlight::Fixed);
         config.snapshot_every = self.snapshot_every;
         config.lease_tick = Duration::from_millis(50);

@@ -813,6 +813,25 @@ async fn membership_requests_that_would_break_the_cluster_are_refused() {
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["code"], json!("membership_refused"));
 
+    // Schemathesis (issue 16): a new id with the leader's own addresses passed
+    // the reachability check (the leader answered it) and made openraft panic,
+    // ending the process with code 70. The answering node must be the one added.
+    let own = cluster.node(1);
+    for voter in [true, false] {
+        let (status, body) = add_member(
+            &cluster,
+            json!({"id": 2, "voter": voter, "api_addr": own.api,
+                   "raft_addr": format!("http://127.0.0.1:{}", own.raft_port)}),
+        )
+        .await;
+        assert_eq!(status, 409, "{body}");
+        assert_eq!(body["code"], json!("membership_refused"));
+        assert!(
+            body["detail"].as_str().unwrap().contains("is node 1"),
+            "{body}"
+        );
+    }
+
     assert_eq!(cluster.view(1).await.unwrap()["members"], before);
     let (status, body) = cluster
         .post(
