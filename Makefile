@@ -6,7 +6,7 @@
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/baton-target
 CARGO ?= cargo
 
-.PHONY: setup run cluster build release test test-rust test-openapi test-image test-chart test-ui openapi lint fmt clean-data chaos test-chaos fresh-check
+.PHONY: setup run cluster build release test test-rust test-openapi test-image test-chart test-ui test-fuzz openapi lint fmt clean-data chaos test-chaos fresh-check
 
 setup:
 	@.ci/setup
@@ -60,6 +60,15 @@ test-ui: build
 	@.ci/setup python
 	@.ci/setup browser
 	BATON_BIN=$(CARGO_TARGET_DIR)/debug/baton .venv/bin/pytest -q service/api/tests/browser
+
+# Fuzzing from the spec (issue 16): schemathesis on the committed openapi/baton.json
+# against real nodes with auth on: every phase and check, seed 7, a bounded number
+# of examples per operation (about 2.5 minutes on 2 cores). Not in `test` yet: it
+# fails until the server and the spec are fixed (issue 16's fuzzing report);
+# BATON_FUZZ_REPORT_DIR=/some/dir keeps the reports and the node logs.
+test-fuzz: build
+	@.ci/setup python
+	BATON_BIN=$(CARGO_TARGET_DIR)/debug/baton .venv/bin/pytest -q service/api/tests/schemathesis
 
 # The README's commands on a fresh machine: a clean Debian root (debootstrap),
 # `make run`, then `make test` with that server up, then the Dockerfile's recipe.
