@@ -79,6 +79,14 @@ pub enum ApiError {
     /// No route for this path.
     #[error("no such endpoint: {0}")]
     RouteNotFound(String),
+    /// A known path asked with a method it does not serve.
+    #[error("{method} is not allowed here; allowed: {allowed}")]
+    MethodNotAllowed {
+        /// The method asked.
+        method: String,
+        /// The methods the path serves (the `Allow` header).
+        allowed: String,
+    },
     /// A refusal by the state machine.
     #[error(transparent)]
     Core(#[from] CoreError),
@@ -133,6 +141,11 @@ impl ApiError {
                 map(StatusCode::BAD_REQUEST, "invalid_wait", "Invalid wait")
             }
             ApiError::NoLeader => map(StatusCode::NOT_FOUND, "no_leader", "No leader"),
+            ApiError::MethodNotAllowed { .. } => map(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "Method not allowed",
+            ),
             ApiError::RouteNotFound(_) => {
                 map(StatusCode::NOT_FOUND, "route_not_found", "No such endpoint")
             }
@@ -186,6 +199,9 @@ impl ApiError {
                     "quota_exceeded",
                     "Quota exceeded",
                 ),
+                C::TokenMismatch { .. } => {
+                    map(StatusCode::CONFLICT, "token_mismatch", "Token mismatch")
+                }
                 C::IdempotencyKeyReused => map(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     "idempotency_key_reused",
@@ -240,6 +256,9 @@ impl ApiError {
             ApiError::Core(CoreError::LockHeld { holder, token }) => {
                 extra.insert("holder".into(), json!(holder));
                 extra.insert("token".into(), json!(token));
+            }
+            ApiError::Core(CoreError::TokenMismatch { current_token }) => {
+                extra.insert("current_token".into(), json!(current_token));
             }
             ApiError::Core(CoreError::LockLost { current_token }) => {
                 extra.insert("current_token".into(), json!(current_token));
@@ -307,6 +326,9 @@ impl ResponseError for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         ));
+        if let ApiError::MethodNotAllowed { allowed, .. } = self {
+            response.insert_header((header::ALLOW, allowed.clone()));
+        }
         if let ApiError::Unauthenticated(_) = self {
             response.insert_header((header::WWW_AUTHENTICATE, "Bearer realm=\"baton\""));
         }

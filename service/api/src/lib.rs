@@ -10,6 +10,7 @@ mod disconnect;
 mod docs;
 pub mod elections;
 pub mod error;
+pub mod force_release;
 pub mod leases;
 pub mod locks;
 pub mod members;
@@ -18,6 +19,7 @@ pub mod openapi;
 pub mod request;
 pub mod respond;
 mod routes;
+mod spec_rules;
 mod state;
 pub mod watch;
 

@@ -43,39 +43,15 @@ pub struct MembershipChanged {
     pub status: String,
 }
 
-fn require_admin(state: &ApiState, http: &HttpRequest) -> Result<(), ApiError> {
-    let caller = crate::auth::Caller::of(http);
-    if caller.is_admin() {
-        return Ok(());
-    }
-    let secret = state.node.config().cluster_secret.as_deref();
-    if secret.is_some() && baton_raft::secret_matches(http, secret) {
-        return Ok(());
-    }
-    if secret.is_none() && state.auth.is_none() {
-        return Err(ApiError::AdminDisabled);
-    }
-    match caller.name() {
-        Some(name) => Err(ApiError::Forbidden(format!(
-            "principal '{name}' is not an admin"
-        ))),
-        None => Err(ApiError::Unauthenticated(
-            "membership changes need an admin token or the cluster secret \
-             (baton-cluster-secret header)"
-                .into(),
-        )),
-    }
-}
-
 fn checked_url(field: &str, url: &str) -> Result<(), ApiError> {
     let ok = (url.starts_with("http://") || url.starts_with("https://"))
         && url.len() <= 256
-        && !url.chars().any(char::is_whitespace);
+        && url.bytes().all(|b| b.is_ascii_graphic());
     if ok {
         Ok(())
     } else {
         Err(ApiError::InvalidBody(format!(
-            "{field} must be an http:// or https:// URL of at most 256 characters"
+            "{field} must be an http:// or https:// URL of at most 256 printable ASCII characters (no spaces)"
         )))
     }
 }
@@ -101,7 +77,7 @@ pub async fn add(
     http: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    require_admin(&state, &http)?;
+    crate::auth::require_admin_or_secret(&state, &http)?;
     let body = read_body(payload).await?;
     let input: AddMemberBody = parse_required_body(&body)?;
     if input.id == 0 {
@@ -139,7 +115,7 @@ pub async fn remove(
     http: HttpRequest,
     path: web::Path<u64>,
 ) -> Result<HttpResponse, ApiError> {
-    require_admin(&state, &http)?;
+    crate::auth::require_admin_or_secret(&state, &http)?;
     let id = path.into_inner();
     state.node.remove_member(id).await?;
     let changed = MembershipChanged {

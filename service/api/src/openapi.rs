@@ -2,7 +2,7 @@
 
 use utoipa::OpenApi;
 
-use crate::{cluster, elections, error, leases, locks, members, names, watch};
+use crate::{cluster, elections, error, force_release, leases, locks, members, names, watch};
 
 /// Baton's API description (`GET /openapi.json`, committed as `openapi/baton.json`).
 #[derive(OpenApi)]
@@ -15,6 +15,7 @@ use crate::{cluster, elections, error, leases, locks, members, names, watch};
     paths(
         leases::create, leases::keepalive, leases::get, leases::revoke,
         locks::acquire, locks::renew, locks::release, locks::validate, locks::get, locks::list,
+        force_release::lock, force_release::election, force_release::name,
         elections::campaign, elections::proclaim, elections::resign, elections::get,
         watch::observe, watch::watch,
         names::register, names::get, names::unregister, names::list,
@@ -35,8 +36,10 @@ pub struct ApiDoc;
 
 /// The OpenAPI document as pretty-printed JSON (what is committed under `openapi/`).
 pub fn openapi_json() -> String {
-    let mut text = ApiDoc::openapi()
-        .to_pretty_json()
+    let mut doc = serde_json::to_value(ApiDoc::openapi())
+        .unwrap_or_else(|error| serde_json::json!({"error": error.to_string()}));
+    crate::spec_rules::apply(&mut doc);
+    let mut text = serde_json::to_string_pretty(&doc)
         .unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}"));
     text.push('\n');
     text

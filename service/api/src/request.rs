@@ -21,10 +21,67 @@ pub fn parse_body<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiE
     if body.len() > MAX_BODY_BYTES {
         return Err(ApiError::BodyTooLarge(MAX_BODY_BYTES));
     }
-    if body.iter().all(u8::is_ascii_whitespace) {
+    // The spec says such a body is optional (`null` or absent): both default.
+    if body.iter().all(u8::is_ascii_whitespace) || body.trim_ascii() == b"null" {
         return Ok(T::default());
     }
-    serde_json::from_slice(body).map_err(|error| ApiError::InvalidBody(error.to_string()))
+    from_json(body)
+}
+
+/// Deserializes `body`. JSON has one number type: `5000.0` is the integer 5000
+/// to JSON Schema and to most clients' encoders, so integral floats are taken
+/// for integer fields (tried only after the plain parse failed: no cost on the
+/// common path).
+fn from_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let first = match serde_json::from_slice(body) {
+        Ok(value) => return Ok(value),
+        Err(error) => error,
+    };
+    let refused = || ApiError::InvalidBody(first.to_string());
+    let mut value: serde_json::Value = serde_json::from_slice(body).map_err(|_| refused())?;
+    if !integral_floats_to_integers(&mut value) {
+        return Err(refused());
+    }
+    serde_json::from_value(value).map_err(|_| refused())
+}
+
+/// Rewrites every integral float in `value` as an integer; true if any was.
+fn integral_floats_to_integers(value: &mut serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::Number(number) => {
+            let Some(float) = number.as_f64().filter(|_| number.is_f64()) else {
+                return false;
+            };
+            // `u64::MAX as f64` rounds up to 2^64, so `<` keeps the cast exact.
+            if float.fract() == 0.0 && (0.0..u64::MAX as f64).contains(&float) {
+                *value = Value::from(float as u64);
+                true
+            } else if float.fract() == 0.0 && (i64::MIN as f64..0.0).contains(&float) {
+                *value = Value::from(float as i64);
+                true
+            } else {
+                false
+            }
+        }
+        // Every element is visited (no short-circuit): all of them are rewritten.
+        Value::Array(items) => {
+            items
+                .iter_mut()
+                .map(integral_floats_to_integers)
+                .filter(|changed| *changed)
+                .count()
+                > 0
+        }
+        Value::Object(map) => {
+            map.values_mut()
+                .map(integral_floats_to_integers)
+                .filter(|changed| *changed)
+                .count()
+                > 0
+        }
+        _ => false,
+    }
 }
 
 /// Parses a JSON body that must be present.
@@ -35,7 +92,7 @@ pub fn parse_required_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiEr
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::InvalidBody("a JSON body is required".into()));
     }
-    serde_json::from_slice(body).map_err(|error| ApiError::InvalidBody(error.to_string()))
+    from_json(body)
 }
 
 /// A path segment that names a lock, election or registered name.
@@ -219,7 +276,8 @@ fn decode_page_token(token: &str) -> Result<String, ApiError> {
         .step_by(2)
         .map(|i| u8::from_str_radix(token.get(i..i + 2).unwrap_or("zz"), 16).map_err(|_| bad()))
         .collect::<Result<Vec<u8>, ApiError>>()?;
-    String::from_utf8(bytes).map_err(|_| bad())
+    // Any position in name order will do, even one no server issued.
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// Reads a request body, refusing (with problem+json, not a dropped connection)

@@ -1,20 +1,58 @@
 //! The route table.
 
-use actix_web::dev::{Service, ServiceResponse};
+use std::sync::OnceLock;
+
+use actix_web::dev::{ResourceDef, Service, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 
 use crate::error::ApiError;
 use crate::respond::REVISION_HEADER;
 use crate::state::ApiState;
-use crate::{cluster, docs, elections, leases, locks, members, names, watch};
+use crate::{cluster, docs, elections, force_release, leases, locks, members, names, watch};
 
 async fn no_route(request: HttpRequest) -> Result<HttpResponse, ApiError> {
+    if let Some(allowed) = allowed_methods(request.path()) {
+        return Err(ApiError::MethodNotAllowed {
+            method: request.method().to_string(),
+            allowed,
+        });
+    }
     Err(ApiError::RouteNotFound(format!(
         "{} {}",
         request.method(),
         request.path()
     )))
+}
+
+/// The methods a documented path serves (for 405 and `Allow`), read from the
+/// OpenAPI document: every operation there is routed (the drift and route
+/// tests keep the two together), so the answer cannot disagree with the router.
+fn allowed_methods(path: &str) -> Option<String> {
+    static TABLE: OnceLock<Vec<(ResourceDef, String)>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        let doc: serde_json::Value =
+            serde_json::from_str(&crate::openapi_json()).unwrap_or_default();
+        let Some(paths) = doc["paths"].as_object() else {
+            return Vec::new();
+        };
+        paths
+            .iter()
+            .map(|(template, item)| {
+                // `{name}` matches as the router's `{name:[^:]+}` does.
+                let pattern = template.replace('}', ":[^:]+}");
+                let methods: Vec<String> = item
+                    .as_object()
+                    .map(|ops| ops.keys().map(|m| m.to_uppercase()).collect())
+                    .unwrap_or_default();
+                (ResourceDef::new(pattern), methods.join(", "))
+            })
+            .collect()
+    });
+    table
+        .iter()
+        .find(|(def, _)| def.is_match(path))
+        .map(|(_, methods)| methods.clone())
 }
 
 fn query_error(error: actix_web::error::QueryPayloadError, _: &HttpRequest) -> actix_web::Error {
@@ -92,6 +130,7 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                             .route("/{name:[^:]+}:release", web::post().to(locks::release))
                             .route("/{name:[^:]+}:renew", web::post().to(locks::renew))
                             .route("/{name:[^:]+}:validate", web::post().to(locks::validate))
+                            .route("/{name:[^:]+}:revoke", web::post().to(force_release::lock))
                             .route("/{name:[^:]+}", web::get().to(locks::get))
                             .default_service(web::to(no_route)),
                     )
@@ -114,6 +153,10 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                                 web::post().to(elections::proclaim),
                             )
                             .route("/{name:[^:]+}:resign", web::post().to(elections::resign))
+                            .route(
+                                "/{name:[^:]+}:revoke",
+                                web::post().to(force_release::election),
+                            )
                             .route("/{name:[^:]+}:observe", web::get().to(watch::observe))
                             .route("/{name:[^:]+}", web::get().to(elections::get))
                             .default_service(web::to(no_route)),
@@ -121,6 +164,7 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                     .service(
                         web::scope("/v1/names")
                             .route("", web::get().to(names::list))
+                            .route("/{name:[^:]+}:revoke", web::post().to(force_release::name))
                             .route("/{name:[^:]+}", web::put().to(names::register))
                             .route("/{name:[^:]+}", web::get().to(names::get))
                             .route("/{name:[^:]+}", web::delete().to(names::unregister))

@@ -686,3 +686,13 @@ async fn lists_reads_and_cluster_status() {
     let spec = get(&app, "/openapi.json").await;
     assert!(spec.body["paths"]["/v1/locks/{name}:acquire"].is_object());
 }
+
+#[actix_web::test]
+async fn force_release_is_disabled_without_auth_or_a_cluster_secret() {
+    let node = start_node().await;
+    let app = app(&node).await;
+    post(&app, "/v1/locks/held:acquire", json!({"ttl_ms": 5000})).await;
+    let reply = post(&app, "/v1/locks/held:revoke", json!({})).await;
+    assert_eq!((reply.status, reply.code()), (403, "forbidden"));
+    assert_eq!(get(&app, "/v1/locks/held").await.body["held"], true);
+}

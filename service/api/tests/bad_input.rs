@@ -270,12 +270,20 @@ async fn malformed_requests_get_documented_errors() {
             404,
             "route_not_found",
         ),
+        // A known path with another method: 405 with Allow (schemathesis).
         (
             "DELETE",
             "/v1/locks/held".into(),
             "".into(),
-            404,
-            "route_not_found",
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "PUT",
+            "/v1/locks/held:acquire".into(),
+            "".into(),
+            405,
+            "method_not_allowed",
         ),
     ];
     for (method, uri, body, status, code) in cases {
@@ -301,4 +309,62 @@ async fn malformed_requests_get_documented_errors() {
     let lock = get(&app, "/v1/locks/held").await;
     assert_eq!(lock.body["token"].as_u64(), Some(token));
     assert_eq!(get(&app, "/v1/names/n").await.status, 404);
+}
+
+/// What the spec fuzzer (schemathesis, issue 16) found refused although the
+/// spec allows it: a `null` body where the body is optional, integral floats
+/// for integer fields (JSON Schema counts `5000.0` as an integer), and any hex
+/// page token; and what a wrong method gets.
+#[actix_web::test]
+async fn input_the_spec_allows_is_accepted() {
+    let node = start_node().await;
+    let app = app(&node).await;
+    let json_body = |method: TestRequest, uri: &str, body: &str| {
+        method
+            .uri(uri)
+            .insert_header(("content-type", "application/json"))
+            .set_payload(body.to_owned())
+    };
+    let created = send(&app, json_body(TestRequest::post(), "/v1/leases", "null")).await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let created = send(
+        &app,
+        json_body(TestRequest::post(), "/v1/leases", r#"{"ttl_ms": 5000.0}"#),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    assert_eq!(created.body["ttl_ms"], 5000);
+    let granted = send(
+        &app,
+        json_body(TestRequest::post(), "/v1/locks/f:acquire", "null"),
+    )
+    .await;
+    assert_eq!(granted.status, 200, "{:?}", granted.body);
+    let lease_id = granted.body["lease_id"].as_str().unwrap();
+    let token = granted.body["token"].as_u64().unwrap();
+    let release = format!(r#"{{"lease_id": "{lease_id}", "token": {token}.0}}"#);
+    let released = send(
+        &app,
+        json_body(TestRequest::post(), "/v1/locks/f:release", &release),
+    )
+    .await;
+    assert_eq!(released.status, 200, "{:?}", released.body);
+    // Fractions and negatives stay refused.
+    for bad in [r#"{"ttl_ms": 5000.5}"#, r#"{"ttl_ms": -5000.0}"#] {
+        let refused = send(&app, json_body(TestRequest::post(), "/v1/leases", bad)).await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (400, "invalid_body"),
+            "{bad}"
+        );
+    }
+    // Hex that is not UTF-8 is still a position in name order.
+    assert_eq!(get(&app, "/v1/locks?page_token=ff").await.status, 200);
+    let wrong = send(
+        &app,
+        TestRequest::with_uri("/v1/leases").method(actix_web::http::Method::PATCH),
+    )
+    .await;
+    assert_eq!((wrong.status, wrong.code()), (405, "method_not_allowed"));
+    assert_eq!(wrong.header("allow").as_deref(), Some("POST"));
 }

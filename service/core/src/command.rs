@@ -204,6 +204,15 @@ pub enum Command {
         /// What it asks for (never another `AsPrincipal`).
         command: Box<Command>,
     },
+    /// An admin ends the current holding of a lock, election or name.
+    ForceRelease {
+        /// Which kind of name.
+        kind: crate::force_release::HoldingKind,
+        /// The name.
+        name: String,
+        /// When set, only if this is the current holder's token.
+        expected_token: Option<u64>,
+    },
 }
 
 impl Command {

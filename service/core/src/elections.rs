@@ -302,7 +302,10 @@ impl StateMachine {
         );
         let final_answer = match reason {
             EndReason::Released => Err(refusal),
-            EndReason::Revoked | EndReason::Expired => Err(CoreError::LeaseNotFound),
+            // Only holdings are force-released, never a wait: grouped for completeness.
+            EndReason::Revoked | EndReason::Expired | EndReason::ForceReleased => {
+                Err(CoreError::LeaseNotFound)
+            }
         };
         self.record_wait_end(removed.idempotency, final_answer);
     }

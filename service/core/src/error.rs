@@ -108,4 +108,10 @@ pub enum CoreError {
     /// The idempotency key was used before for a different request.
     #[error("idempotency key was used for a different request")]
     IdempotencyKeyReused,
+    /// A force-release named a token that is not the current holder's.
+    #[error("the current holder's token is {current_token}")]
+    TokenMismatch {
+        /// The current holder's token.
+        current_token: u64,
+    },
 }

@@ -22,6 +22,7 @@
 mod command;
 mod elections;
 mod error;
+mod force_release;
 mod idempotency;
 mod ids;
 mod lease;
@@ -38,6 +39,7 @@ mod views;
 
 pub use command::{Batch, Command, IdempotencyKey, LeaseRef, Request};
 pub use error::CoreError;
+pub use force_release::HoldingKind;
 pub use idempotency::IDEMPOTENCY_RETENTION_MS;
 pub use ids::{LeaseId, MalformedLeaseId, WaiterId};
 pub use limits::Limits;

@@ -171,7 +171,10 @@ impl StateMachine {
             return;
         };
         let mut delayed_until = None;
-        if reason == EndReason::Expired && holding.lock_delay_ms > 0 {
+        // The holder may still be running after an expiry or a force-release:
+        // the delay keeps its successor out meanwhile.
+        let stopped_unseen = matches!(reason, EndReason::Expired | EndReason::ForceReleased);
+        if stopped_unseen && holding.lock_delay_ms > 0 {
             let until = clock.saturating_add(holding.lock_delay_ms);
             slot.delay_until_ms = Some(until);
             delayed_until = Some(until);
@@ -269,7 +272,10 @@ impl StateMachine {
         );
         let final_answer = match reason {
             EndReason::Released => Err(held),
-            EndReason::Revoked | EndReason::Expired => Err(CoreError::LeaseNotFound),
+            // Only holdings are force-released, never a wait: grouped for completeness.
+            EndReason::Revoked | EndReason::Expired | EndReason::ForceReleased => {
+                Err(CoreError::LeaseNotFound)
+            }
         };
         self.record_wait_end(removed.idempotency, final_answer);
     }

@@ -242,6 +242,11 @@ impl StateMachine {
             Command::Unregister { name, lease_id } => self.unregister(name, *lease_id, events),
             // Time-driven rules already ran in `apply`.
             Command::Tick => Ok(Reply::Ticked),
+            Command::ForceRelease {
+                kind,
+                name,
+                expected_token,
+            } => self.force_release(*kind, name, *expected_token, events),
             Command::AsPrincipal { principal, command } => {
                 self.execute_as(ctx, principal, command, idempotency, events)
             }

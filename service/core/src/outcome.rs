@@ -124,6 +124,13 @@ pub enum Reply {
         /// The id that stands.
         cluster_id: String,
     },
+    /// An admin ended this holding.
+    ForceReleased {
+        /// The ended holding's token.
+        token: u64,
+        /// Its holder.
+        holder: String,
+    },
 }
 
 /// Why a holding ended.
@@ -135,6 +142,8 @@ pub enum EndReason {
     Revoked,
     /// Its lease expired.
     Expired,
+    /// An admin force-released it (the lease lives on).
+    ForceReleased,
 }
 
 /// One state change, with the revision it happened at.

@@ -16,8 +16,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use baton_core::{
-    validate_name, ApplyContext, Batch, Command, EventKind, IdempotencyKey, LeaseId, LeaseRef,
-    Limits, Outcome, Reply, Request, StateMachine, WaiterId, IDEMPOTENCY_RETENTION_MS,
+    validate_name, ApplyContext, Batch, Command, EventKind, HoldingKind, IdempotencyKey, LeaseId,
+    LeaseRef, Limits, Outcome, Reply, Request, StateMachine, WaiterId, IDEMPOTENCY_RETENTION_MS,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -111,6 +111,13 @@ enum Op {
         name: u8,
         lease: u8,
     },
+    /// An admin ends a holding: kind 0 lock, 1 election, 2 name; `guard` 0 sends
+    /// no token, 1 the current holder's, 2 another.
+    ForceRelease {
+        kind: u8,
+        index: u8,
+        guard: u8,
+    },
     Tick,
     /// Re-sends an earlier keyed request verbatim (a client retry).
     Retry {
@@ -198,6 +205,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..2u8, lease_choice(), holder_index())
             .prop_map(|(name, lease, holder)| Op::Register { name, lease, holder }),
         1 => (0..2u8, lease_id()).prop_map(|(name, lease)| Op::Unregister { name, lease }),
+        1 => (0..3u8, any::<u8>(), 0..3u8)
+            .prop_map(|(kind, index, guard)| Op::ForceRelease { kind, index, guard }),
         2 => Just(Op::Tick),
         1 => any::<u8>().prop_map(|pick| Op::Retry { pick }),
     ]
@@ -342,6 +351,7 @@ enum MReply {
     NameRegistered(bool),
     NameUnregistered,
     Ticked,
+    ForceReleased,
 }
 
 enum Prediction {
@@ -854,6 +864,40 @@ impl Model {
                 self.after_detach(lease_id.0);
                 Some(MReply::NameUnregistered)
             }
+            Command::ForceRelease {
+                kind,
+                name,
+                expected_token,
+            } => {
+                validate_name(name).ok()?;
+                let (lease, token) = match kind {
+                    HoldingKind::Lock => {
+                        let held = self.locks.get(name)?.holder.as_ref()?;
+                        (held.lease, held.token)
+                    }
+                    HoldingKind::Election => {
+                        let held = self.elections.get(name)?.holder.as_ref()?;
+                        (held.lease, held.token)
+                    }
+                    HoldingKind::Name => {
+                        let entry = self.names.get(name)?;
+                        (entry.lease, entry.token)
+                    }
+                };
+                if expected_token.is_some_and(|expected| expected != token) {
+                    return None;
+                }
+                match kind {
+                    // As an expiry of this holding alone: the lock delay applies.
+                    HoldingKind::Lock => self.end_holding(Kind::Lock, name, true),
+                    HoldingKind::Election => self.end_holding(Kind::Election, name, true),
+                    HoldingKind::Name => {
+                        self.names.remove(name);
+                    }
+                }
+                self.after_detach(lease);
+                Some(MReply::ForceReleased)
+            }
             Command::Tick => Some(MReply::Ticked),
             // Not generated: cluster metadata, no lock state.
             Command::SetClusterId { .. } => Some(MReply::Ticked),
@@ -930,6 +974,7 @@ fn classify(reply: &Reply) -> MReply {
         Reply::NameRegistered { created, .. } => MReply::NameRegistered(*created),
         Reply::NameUnregistered => MReply::NameUnregistered,
         Reply::Ticked | Reply::ClusterId { .. } => MReply::Ticked,
+        Reply::ForceReleased { .. } => MReply::ForceReleased,
     }
 }
 
@@ -1120,6 +1165,44 @@ fn to_request(step: &Step, model: &Model, history: &mut History) -> Request {
             name: NAMES[usize::from(*name)].to_owned(),
             lease_id: LeaseId(u128::from(*lease)),
         },
+        Op::ForceRelease { kind, index, guard } => {
+            let (kind, name) = match kind {
+                0 => (
+                    HoldingKind::Lock,
+                    lock_name(*index % (LOCKS.len() as u8 + 1)),
+                ),
+                1 => (
+                    HoldingKind::Election,
+                    ELECTIONS[usize::from(*index) % 2].to_owned(),
+                ),
+                _ => (HoldingKind::Name, NAMES[usize::from(*index) % 2].to_owned()),
+            };
+            let current = match kind {
+                HoldingKind::Lock => model
+                    .locks
+                    .get(&name)
+                    .and_then(|s| s.holder.as_ref())
+                    .map(|h| h.token),
+                HoldingKind::Election => model
+                    .elections
+                    .get(&name)
+                    .and_then(|s| s.holder.as_ref())
+                    .map(|h| h.token),
+                HoldingKind::Name => model.names.get(&name).map(|entry| entry.token),
+            };
+            // A grant earlier in the same entry has no known token yet: no guard.
+            let known = current.filter(|token| *token != UNKNOWN_TOKEN);
+            let expected_token = match guard {
+                0 => None,
+                1 => known,
+                _ => known.map(|token| token + 1),
+            };
+            Command::ForceRelease {
+                kind,
+                name,
+                expected_token,
+            }
+        }
         Op::Tick => Command::Tick,
         Op::Retry { pick } => {
             return match history.keyed.len() {

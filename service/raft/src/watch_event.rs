@@ -89,6 +89,7 @@ fn ended(reason: EndReason) -> &'static str {
         EndReason::Released => "released",
         EndReason::Revoked => "revoked",
         EndReason::Expired => "expired",
+        EndReason::ForceReleased => "force_released",
     }
 }
 

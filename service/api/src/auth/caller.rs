@@ -173,6 +173,33 @@ impl Caller {
     }
 }
 
+/// Refuses unless the caller is an admin principal or presents the cluster
+/// secret; a node with neither auth nor a secret refuses everyone (such
+/// operations are never open by default).
+pub fn require_admin_or_secret(state: &ApiState, http: &HttpRequest) -> Result<(), ApiError> {
+    let caller = Caller::of(http);
+    if caller.is_admin() {
+        return Ok(());
+    }
+    let secret = state.node.config().cluster_secret.as_deref();
+    if secret.is_some() && baton_raft::secret_matches(http, secret) {
+        return Ok(());
+    }
+    if secret.is_none() && state.auth.is_none() {
+        return Err(ApiError::AdminDisabled);
+    }
+    match caller.name() {
+        Some(name) => Err(ApiError::Forbidden(format!(
+            "principal '{name}' is not an admin"
+        ))),
+        None => Err(ApiError::Unauthenticated(
+            "membership changes need an admin token or the cluster secret \
+             (baton-cluster-secret header)"
+                .into(),
+        )),
+    }
+}
+
 impl FromRequest for Caller {
     type Error = actix_web::Error;
     type Future = Ready<Result<Caller, actix_web::Error>>;

@@ -11,5 +11,5 @@ mod caller;
 mod policy;
 
 pub use authenticator::{AuthError, Authenticator, Refusal};
-pub use caller::Caller;
+pub use caller::{require_admin_or_secret, Caller};
 pub use policy::{hash_token, AuthPolicy, EndpointAccess, Kind, Principal, Role};

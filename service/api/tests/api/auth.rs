@@ -286,3 +286,97 @@ async fn a_reloaded_auth_file_takes_effect_and_a_broken_one_is_not_used() {
     assert!(error.contains("superuser"), "{error}");
     assert_eq!(list("billing-token-2").await.status, 200);
 }
+
+#[actix_web::test]
+async fn an_admin_force_releases_a_holding_and_nobody_else_may() {
+    let node = start_node().await;
+    let (app, _, _) = app_with_auth(&node, &auth_file()).await;
+    let call = |token: &str, request: TestRequest| send(&app, bearer(request, token));
+    let lease = call(
+        BILLING_TOKEN,
+        TestRequest::post()
+            .uri("/v1/leases")
+            .set_json(json!({"ttl_ms": 30_000, "holder": "stuck-job"})),
+    )
+    .await;
+    let lease = lease.body["lease_id"].as_str().unwrap().to_owned();
+    let granted = call(
+        BILLING_TOKEN,
+        TestRequest::post()
+            .uri("/v1/locks/billing/nightly:acquire")
+            .set_json(json!({"lease_id": lease})),
+    )
+    .await;
+    let token = granted.body["token"].as_u64().unwrap();
+    let registered = call(
+        BILLING_TOKEN,
+        TestRequest::put()
+            .uri("/v1/names/billing/svc")
+            .set_json(json!({"lease_id": lease, "value": 1})),
+    )
+    .await;
+    assert_eq!(registered.status, 201, "{:?}", registered.body);
+    let revoke = |uri: &str, body: serde_json::Value| TestRequest::post().uri(uri).set_json(body);
+
+    let refused = call(
+        BILLING_TOKEN,
+        revoke("/v1/locks/billing/nightly:revoke", json!({})),
+    )
+    .await;
+    assert_eq!((refused.status, refused.code()), (403, "forbidden"));
+    let stale = call(
+        ADMIN_TOKEN,
+        revoke(
+            "/v1/locks/billing/nightly:revoke",
+            json!({"token": token + 1}),
+        ),
+    )
+    .await;
+    assert_eq!((stale.status, stale.code()), (409, "token_mismatch"));
+    assert_eq!(stale.body["current_token"], token);
+    let done = call(
+        ADMIN_TOKEN,
+        revoke("/v1/locks/billing/nightly:revoke", json!({"token": token})),
+    )
+    .await;
+    assert_eq!(done.status, 200, "{:?}", done.body);
+    assert_eq!(done.body["token"], token);
+    assert_eq!(done.body["holder"], "stuck-job");
+    let lock = call(
+        BILLING_TOKEN,
+        TestRequest::get().uri("/v1/locks/billing/nightly"),
+    )
+    .await;
+    assert_eq!(lock.body["held"], false);
+    let again = call(
+        ADMIN_TOKEN,
+        revoke("/v1/locks/billing/nightly:revoke", json!({})),
+    )
+    .await;
+    assert_eq!((again.status, again.code()), (404, "not_found"));
+
+    // The lease lives on with its other holding, which the admin ends too.
+    let still = call(
+        BILLING_TOKEN,
+        TestRequest::get().uri(&format!("/v1/leases/{lease}")),
+    )
+    .await;
+    assert_eq!(
+        still.body["names"],
+        json!(["billing/svc"]),
+        "{:?}",
+        still.body
+    );
+    let name = call(
+        ADMIN_TOKEN,
+        revoke("/v1/names/billing/svc:revoke", json!(null)),
+    )
+    .await;
+    assert_eq!(name.status, 200, "{:?}", name.body);
+    let gone = call(
+        BILLING_TOKEN,
+        TestRequest::get().uri("/v1/names/billing/svc"),
+    )
+    .await;
+    assert_eq!(gone.status, 404);
+}

@@ -1,0 +1,404 @@
+//! Rules applied to the generated OpenAPI document, so that it describes the
+//! wire as the server really speaks it: authentication, the error statuses every
+//! endpoint of a kind can answer, the bounds the server checks, event-stream
+//! items, and links between operations (what schemathesis' stateful phase and
+//! client generators follow).
+//!
+//! Written once here instead of on each of the 26 handlers: a rule such as "an
+//! operation with a `min_revision` query answers 504" cannot then be forgotten
+//! on the next handler. The document stays generated from the code (`make
+//! openapi`), and `openapi_drift` fails when the committed copy differs.
+
+use serde_json::{json, Map, Value};
+
+/// Operations open without a token by default (`endpoints` in the auth file).
+const OPTIONAL_AUTH: &[&str] = &["healthz", "readyz", "metrics"];
+/// Operations that also take the cluster secret instead of a token.
+const MEMBERSHIP: &[&str] = &[
+    "add_member",
+    "remove_member",
+    "force_release_lock",
+    "force_release_election",
+    "force_release_name",
+];
+
+/// `A-Z a-z 0-9 . _ - / @ + = ~`, `/` only between segments (see
+/// `baton_core::validate_name`).
+const NAME_PATTERN: &str = "^[A-Za-z0-9._@+=~-]+(/[A-Za-z0-9._@+=~-]+)*$";
+
+/// Applies every rule to `doc`, the document utoipa generated.
+pub(crate) fn apply(doc: &mut Value) {
+    declare_security(doc);
+    unsigned_integers(doc);
+    body_bounds(doc);
+    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for item in paths.values_mut() {
+        let Some(item) = item.as_object_mut() else {
+            continue;
+        };
+        for operation in item.values_mut() {
+            operation_rules(operation);
+        }
+    }
+    add_links(doc);
+}
+
+fn declare_security(doc: &mut Value) {
+    doc["components"]["securitySchemes"] = json!({
+        "bearer": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A token from the server's --auth-file (needed when auth is on; see SECURITY.md)."
+        },
+        "cluster_secret": {
+            "type": "apiKey",
+            "in": "header",
+            "name": "baton-cluster-secret",
+            "description": "The cluster secret (--cluster-secret): membership changes only."
+        }
+    });
+    doc["security"] = json!([{"bearer": []}]);
+}
+
+fn operation_rules(operation: &mut Value) {
+    let id = operation["operationId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    if OPTIONAL_AUTH.contains(&id.as_str()) {
+        operation["security"] = json!([{}, {"bearer": []}]);
+    }
+    if MEMBERSHIP.contains(&id.as_str()) {
+        operation["security"] = json!([{"bearer": []}, {"cluster_secret": []}]);
+        if let Some(params) = operation
+            .get_mut("parameters")
+            .and_then(Value::as_array_mut)
+        {
+            params.retain(|p| p["name"] != "baton-cluster-secret");
+        }
+    }
+    let mut has = Has::default();
+    if let Some(params) = operation
+        .get_mut("parameters")
+        .and_then(Value::as_array_mut)
+    {
+        for param in params.iter_mut() {
+            has.note(param);
+            bound_parameter(param);
+        }
+    }
+    has.body = operation.get("requestBody").is_some();
+    let responses = &mut operation["responses"];
+    ensure(
+        responses,
+        "401",
+        "unauthenticated: auth is on and the request has no valid bearer token",
+    );
+    ensure(
+        responses,
+        "403",
+        "forbidden: the principal may not use this name, lease or endpoint",
+    );
+    if has.name || has.query || has.body || has.idempotency_key || id == "remove_member" {
+        ensure(
+            responses,
+            "400",
+            "invalid_name, invalid_query, invalid_body, invalid_idempotency_key (as the request's parts apply)",
+        );
+    }
+    if has.body {
+        ensure(
+            responses,
+            "413",
+            "body_too_large (over 16 KiB), value_too_large",
+        );
+    }
+    if has.idempotency_key {
+        ensure(
+            responses,
+            "422",
+            "idempotency_key_reused: the key was used for a different request",
+        );
+    }
+    if has.min_revision {
+        ensure(
+            responses,
+            "504",
+            "revision_not_reached: min_revision was not applied within 3 s",
+        );
+    }
+    if !OPTIONAL_AUTH.contains(&id.as_str()) {
+        ensure(
+            responses,
+            "503",
+            "unavailable (no leader or quorum) or overloaded (the write queue is full; nothing was applied): retry after Retry-After",
+        );
+        if let Some(unavailable) = responses.get_mut("503") {
+            unavailable["headers"]["Retry-After"] = json!({
+                "description": "Seconds to wait before retrying",
+                "schema": {"type": "integer", "minimum": 1}
+            });
+        }
+    }
+    event_stream_items(responses);
+}
+
+/// What an operation's request has, which decides the errors it can answer.
+#[derive(Default)]
+struct Has {
+    name: bool,
+    query: bool,
+    body: bool,
+    idempotency_key: bool,
+    min_revision: bool,
+}
+
+impl Has {
+    fn note(&mut self, param: &Value) {
+        let name = param["name"].as_str().unwrap_or_default();
+        match (param["in"].as_str().unwrap_or_default(), name) {
+            ("path", "name") => self.name = true,
+            ("header", "Idempotency-Key") => self.idempotency_key = true,
+            ("query", "min_revision") => {
+                self.query = true;
+                self.min_revision = true;
+            }
+            ("query", _) => self.query = true,
+            _ => {}
+        }
+    }
+}
+
+/// The bounds the server checks, on the parameters it checks them on.
+fn bound_parameter(param: &mut Value) {
+    let schema = match (param["in"].as_str(), param["name"].as_str()) {
+        (Some("path"), Some("name")) => json!({
+            "type": "string", "minLength": 1, "maxLength": baton_core::MAX_NAME_BYTES,
+            "pattern": NAME_PATTERN
+        }),
+        (Some("header"), Some("Idempotency-Key")) => json!({
+            "type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[ -~]+$"
+        }),
+        (Some("query"), Some("limit")) => json!({"type": "integer", "minimum": 1, "maximum": 1000}),
+        (Some("query"), Some("consistency")) => json!({
+            "type": "string", "enum": ["linearizable", "local"]
+        }),
+        // The upper bound is the server's interval (10 s unless configured).
+        (Some("query"), Some("bookmark_ms")) => {
+            json!({"type": "integer", "minimum": 100, "maximum": 10000})
+        }
+        (Some("query"), Some("kinds")) => json!({
+            "type": "string",
+            "pattern": "^((lock|election|name|lease)(,(lock|election|name|lease))*)?$"
+        }),
+        (Some("path"), Some("id")) => json!({"type": "integer", "format": "uint64", "minimum": 1}),
+        (Some("header"), Some("Last-Event-ID")) => json!({
+            "type": "integer", "format": "uint64", "minimum": 0, "maximum": u64::MAX
+        }),
+        // Opaque to clients, but only hex ever comes back from the server.
+        (Some("query"), Some("page_token")) => {
+            json!({"type": "string", "pattern": "^([0-9a-f]{2})*$"})
+        }
+        _ => return,
+    };
+    param["schema"] = schema;
+}
+
+/// Revisions, tokens and ids are unsigned 64-bit: the server takes values
+/// above `i64::MAX`, so `int64` would call valid input invalid.
+fn unsigned_integers(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if map.get("format") == Some(&json!("int64")) && map.get("minimum") == Some(&json!(0)) {
+                map.insert("format".into(), json!("uint64"));
+                map.insert("maximum".into(), json!(u64::MAX));
+            }
+            map.values_mut().for_each(unsigned_integers);
+        }
+        Value::Array(items) => items.iter_mut().for_each(unsigned_integers),
+        _ => {}
+    }
+}
+
+/// Body fields the state machine bounds (the defaults of `baton serve`'s
+/// limits; a server configured otherwise says so in its problems).
+fn body_bounds(doc: &mut Value) {
+    let limits = baton_core::Limits::default();
+    let schemas = doc
+        .get_mut("components")
+        .and_then(|c| c.get_mut("schemas"))
+        .and_then(Value::as_object_mut);
+    let Some(schemas) = schemas else {
+        return;
+    };
+    for schema in schemas.values_mut() {
+        let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) else {
+            continue;
+        };
+        for (name, property) in properties.iter_mut() {
+            let (minimum, maximum) = match name.as_str() {
+                "ttl_ms" => (limits.min_ttl_ms, limits.max_ttl_ms),
+                "wait_ms" => (0, 300_000),
+                "lock_delay_ms" => (0, limits.max_lock_delay_ms),
+                _ => continue,
+            };
+            property["minimum"] = json!(minimum);
+            property["maximum"] = json!(maximum);
+        }
+    }
+    let member = schemas
+        .get_mut("AddMemberBody")
+        .and_then(|s| s.get_mut("properties"));
+    if let Some(member) = member {
+        member["id"]["minimum"] = json!(1);
+        for url in ["api_addr", "raft_addr"] {
+            member[url]["pattern"] = json!("^https?://[!-~]*$");
+            member[url]["maxLength"] = json!(256);
+        }
+    }
+}
+
+/// Adds a problem+json response for `status` unless the operation has one.
+fn ensure(responses: &mut Value, status: &str, description: &str) {
+    if responses.get(status).is_some() {
+        return;
+    }
+    responses[status] = json!({
+        "description": description,
+        "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    });
+}
+
+/// Each item of a `text/event-stream` response (schemathesis and OpenAPI 3.2
+/// read the media type's schema per event): `data` is JSON text.
+fn event_stream_items(responses: &mut Value) {
+    let Some(responses) = responses.as_object_mut() else {
+        return;
+    };
+    for response in responses.values_mut() {
+        let stream = response
+            .get_mut("content")
+            .and_then(|content| content.get_mut("text/event-stream"));
+        if let Some(stream) = stream {
+            stream["schema"] = json!({
+                "type": "object",
+                "required": ["data"],
+                "properties": {
+                    "id": {"type": "string", "description": "The revision; resume with Last-Event-ID"},
+                    "event": {"type": "string", "description": "`<kind>.<what>`, `bookmark` or `resync`"},
+                    "data": {"type": "string", "contentMediaType": "application/json"},
+                    "retry": {"type": "integer"}
+                }
+            });
+        }
+    }
+}
+
+/// Links from the operations that create a lease or a holding to those that use
+/// it (`$response.body#/...` of the first, into the path or body of the next).
+fn add_links(doc: &mut Value) {
+    let lease_links = |from: &str| {
+        json!({
+            "keepalive": {"operationId": "keepalive_lease", "parameters": {"lease_id": from}},
+            "get_lease": {"operationId": "get_lease", "parameters": {"lease_id": from}},
+            "revoke": {"operationId": "revoke_lease", "parameters": {"lease_id": from}}
+        })
+    };
+    let mut links: Vec<(&str, &str, Value)> = vec![(
+        "create_lease",
+        "201",
+        merge(
+            lease_links("$response.body#/lease_id"),
+            json!({
+                "acquire": {"operationId": "acquire_lock", "requestBody": {"lease_id": "$response.body#/lease_id"}},
+                "campaign": {"operationId": "campaign", "requestBody": {"lease_id": "$response.body#/lease_id"}},
+                "register": {"operationId": "register_name", "requestBody": {"lease_id": "$response.body#/lease_id", "value": null}}
+            }),
+        ),
+    )];
+    let holder = json!({"lease_id": "$response.body#/lease_id", "token": "$response.body#/token"});
+    links.push((
+        "acquire_lock",
+        "200",
+        merge(
+            lease_links("$response.body#/lease_id"),
+            json!({
+                "renew": {"operationId": "renew_lock", "parameters": {"name": "$request.path.name"}, "requestBody": holder},
+                "release": {"operationId": "release_lock", "parameters": {"name": "$request.path.name"}, "requestBody": holder},
+                "validate": {"operationId": "validate_lock", "parameters": {"name": "$request.path.name"}, "requestBody": {"token": "$response.body#/token"}},
+                "get": {"operationId": "get_lock", "parameters": {"name": "$request.path.name"}}
+            }),
+        ),
+    ));
+    links.push((
+        "renew_lock",
+        "200",
+        json!({
+            "release": {"operationId": "release_lock", "parameters": {"name": "$request.path.name"},
+                        "requestBody": {"lease_id": "$request.body#/lease_id", "token": "$response.body#/token"}},
+            "validate": {"operationId": "validate_lock", "parameters": {"name": "$request.path.name"}, "requestBody": {"token": "$response.body#/token"}}
+        }),
+    ));
+    links.push((
+        "campaign",
+        "200",
+        merge(
+            lease_links("$response.body#/lease_id"),
+            json!({
+                "proclaim": {"operationId": "proclaim", "parameters": {"name": "$request.path.name"},
+                             "requestBody": {"lease_id": "$response.body#/lease_id", "token": "$response.body#/token", "value": null}},
+                "resign": {"operationId": "resign", "parameters": {"name": "$request.path.name"}, "requestBody": holder},
+                "get": {"operationId": "get_election", "parameters": {"name": "$request.path.name"}},
+                "observe": {"operationId": "observe_election", "parameters": {"name": "$request.path.name"}}
+            }),
+        ),
+    ));
+    links.push((
+        "proclaim",
+        "200",
+        json!({
+            "resign": {"operationId": "resign", "parameters": {"name": "$request.path.name"},
+                       "requestBody": {"lease_id": "$request.body#/lease_id", "token": "$response.body#/token"}}
+        }),
+    ));
+    let name_links = merge(
+        lease_links("$response.body#/lease_id"),
+        json!({
+            "get": {"operationId": "get_name", "parameters": {"name": "$request.path.name"}},
+            "unregister": {"operationId": "unregister_name", "parameters": {"name": "$request.path.name"},
+                           "requestBody": {"lease_id": "$response.body#/lease_id"}}
+        }),
+    );
+    links.push(("register_name", "200", name_links.clone()));
+    links.push(("register_name", "201", name_links));
+    links.push((
+        "add_member",
+        "200",
+        json!({"remove": {"operationId": "remove_member", "parameters": {"id": "$response.body#/id"}}}),
+    ));
+    for (operation_id, status, set) in links {
+        if let Some(response) = find_operation(doc, operation_id)
+            .and_then(|op| op.get_mut("responses").and_then(|r| r.get_mut(status)))
+        {
+            response["links"] = set;
+        }
+    }
+}
+
+fn merge(mut a: Value, b: Value) -> Value {
+    if let (Some(a), Value::Object(b)) = (a.as_object_mut(), b) {
+        a.extend(b);
+    }
+    a
+}
+
+fn find_operation<'a>(doc: &'a mut Value, operation_id: &str) -> Option<&'a mut Value> {
+    doc.get_mut("paths")?
+        .as_object_mut()?
+        .values_mut()
+        .filter_map(Value::as_object_mut)
+        .flat_map(Map::values_mut)
+        .find(|op| op["operationId"] == operation_id)
+}
