@@ -112,6 +112,12 @@ pub struct LockInfo {
     pub since_revision: Option<u64>,
     /// Requests waiting in the queue.
     pub waiters: usize,
+    /// Who waits, in line order: the first 32 waiters' holder identities.
+    pub queue: Vec<String>,
+    /// While the lock is in lock delay (its last holder's lease expired or was
+    /// force-released): until when, in milliseconds since the Unix epoch on the
+    /// leader's clock.
+    pub delay_until_ms: Option<u64>,
 }
 
 impl From<LockView> for LockInfo {
@@ -123,6 +129,8 @@ impl From<LockView> for LockInfo {
             token: view.token,
             since_revision: view.since_revision,
             waiters: view.waiters,
+            queue: view.queue,
+            delay_until_ms: view.delay_until_ms,
         }
     }
 }

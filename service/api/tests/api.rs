@@ -301,11 +301,12 @@ async fn waiters_are_granted_in_arrival_order_with_increasing_tokens() {
     for w in &waiters {
         let task_app = app.clone();
         let w = w.clone();
+        let holder = format!("waiter-{}", pending.len());
         pending.push(actix_web::rt::spawn(async move {
             post(
                 &*task_app,
                 "/v1/locks/q:acquire",
-                json!({"lease_id": w, "wait_ms": 20000}),
+                json!({"lease_id": w, "wait_ms": 20000, "holder": holder}),
             )
             .await
         }));
@@ -315,6 +316,11 @@ async fn waiters_are_granted_in_arrival_order_with_increasing_tokens() {
         })
         .await;
     }
+    // Who waits, in line order.
+    assert_eq!(
+        get(&*app, "/v1/locks/q").await.body["queue"],
+        json!(["waiter-0", "waiter-1"])
+    );
     let mut current = holder;
     for (index, handle) in pending.into_iter().enumerate() {
         post(

@@ -25,9 +25,14 @@ pub struct LockView {
     pub since_revision: Option<u64>,
     /// Requests waiting in the queue.
     pub waiters: usize,
+    /// Who waits, in line order (the first [`QUEUE_SHOWN`] of them).
+    pub queue: Vec<String>,
     /// The lock is in lock delay until this leader-stamped time.
     pub delay_until_ms: Option<u64>,
 }
+
+/// How many waiters a lock's view names (its `waiters` counts them all).
+pub const QUEUE_SHOWN: usize = 32;
 
 /// A lease as its creator sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,6 +102,12 @@ fn lock_view(name: &str, slot: &Slot, leases: &Leases) -> LockView {
         token: slot.holding.as_ref().map(|h| h.token),
         since_revision: slot.holding.as_ref().map(|h| h.token),
         waiters: slot.queue.len(),
+        queue: slot
+            .queue
+            .iter()
+            .take(QUEUE_SHOWN)
+            .map(|waiting| waiting.holder.clone())
+            .collect(),
         delay_until_ms: slot.delay_until_ms,
     }
 }

@@ -304,7 +304,7 @@ async fn an_admin_force_releases_a_holding_and_nobody_else_may() {
         BILLING_TOKEN,
         TestRequest::post()
             .uri("/v1/locks/billing/nightly:acquire")
-            .set_json(json!({"lease_id": lease})),
+            .set_json(json!({"lease_id": lease, "lock_delay_ms": 30_000})),
     )
     .await;
     let token = granted.body["token"].as_u64().unwrap();
@@ -348,6 +348,18 @@ async fn an_admin_force_releases_a_holding_and_nobody_else_may() {
     )
     .await;
     assert_eq!(lock.body["held"], false);
+    // The holder may still be running: the lock delay it asked for applies.
+    assert!(
+        lock.body["delay_until_ms"].as_u64().is_some(),
+        "{:?}",
+        lock.body
+    );
+    let blocked = call(
+        BILLING_TOKEN,
+        TestRequest::post().uri("/v1/locks/billing/nightly:acquire"),
+    )
+    .await;
+    assert_eq!(blocked.code(), "lock_held", "{:?}", blocked.body);
     let again = call(
         ADMIN_TOKEN,
         revoke("/v1/locks/billing/nightly:revoke", json!({})),
