@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,8 @@ class Page:
         self.ids = itertools.count(1)
         self.exceptions: list[str] = []
         self.console: list[str] = []
+        # Path -> body served instead of the node's answer (see serve_files).
+        self.overrides: dict[str, bytes] = {}
         self.send("Runtime.enable")
         self.send("Page.enable")
 
@@ -115,8 +118,29 @@ class Page:
             details = params.get("exceptionDetails", {})
             text = details.get("exception", {}).get("description") or details.get("text", "")
             self.exceptions.append(text)
+        elif method == "Fetch.requestPaused":
+            # Answered without waiting for the reply: this runs inside send()'s loop.
+            path = urllib.parse.urlsplit(params["request"]["url"]).path
+            body = self.overrides.get(path)
+            if body is None:
+                self._post("Fetch.continueRequest", requestId=params["requestId"])
+            else:
+                self._post("Fetch.fulfillRequest", requestId=params["requestId"], responseCode=200,
+                           responseHeaders=[{"name": "Content-Type", "value": "text/html; charset=utf-8"},
+                                            {"name": "Cache-Control", "value": "no-store"}],
+                           body=base64.b64encode(body).decode())
         elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "warning"):
             self.console.append(" ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", [])))
+
+    def _post(self, method: str, **params: Any) -> None:
+        self.ws.send(json.dumps({"id": next(self.ids), "method": method, "params": params}))
+
+    def serve_files(self, files: dict[str, bytes]) -> None:
+        """Answers GETs of these paths (any host) with these HTML bodies instead
+        of the server's: tests a page as edited against a binary built before."""
+        self.overrides.update(files)
+        self.send("Fetch.enable", patterns=[{"urlPattern": "*" + path + "*", "requestStage": "Request"}
+                                            for path in self.overrides])
 
     def evaluate(self, expression: str) -> Any:
         result = self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)

@@ -43,10 +43,13 @@ class Node:
     ports and data directory."""
 
     def __init__(self, workdir: str, extra_args: list[str] | None = None,
-                 token: str | None = None) -> None:
-        self.extra_args = extra_args or []
+                 token: str | None = None, secret: str | None = None) -> None:
         # Sent as a bearer token by call/ok (auth on).
         self.token = token
+        # The cluster secret (--cluster-secret), sent by call/ok as the
+        # baton-cluster-secret header: with auth off, what admin calls need.
+        self.secret = secret
+        self.extra_args = (extra_args or []) + (["--cluster-secret", secret] if secret else [])
         self.data_dir = os.path.join(workdir, "data")
         self.log_path = os.path.join(workdir, "baton.log")
         self.api_port = free_port()
@@ -96,6 +99,8 @@ class Node:
         headers = {"Content-Type": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
+        if self.secret:
+            headers["baton-cluster-secret"] = self.secret
         request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -143,9 +148,19 @@ def node():
     shutil.rmtree(workdir, ignore_errors=True)
 
 
+def ui_dir() -> str | None:
+    """BATON_UI_DIR (e.g. service/api/static): serve /ui and /docs from these files
+    instead of the copies compiled into the binary, to test edited pages against a
+    binary built before the edit. Unset (make test-ui), the binary's own pages."""
+    return os.environ.get("BATON_UI_DIR") or None
+
+
 @pytest.fixture
 def page(browser):
     instance: Page = browser.new_page()
+    if ui_dir():
+        instance.serve_files({"/ui": Path(ui_dir(), "ui.html").read_bytes(),
+                              "/docs": Path(ui_dir(), "docs.html").read_bytes()})
     yield instance
     instance.close()
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import tempfile
 
 import pytest
 
-from conftest import shots_dir
+from conftest import Node, shots_dir
 
 LOCK = "team-a/db/migrate"
 
@@ -126,3 +128,78 @@ def shoot(page, name: str) -> None:
     page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(os.path.join(directory, f"{name}-phone-top.png"), full_page=False)
     page.set_viewport(1280, 900)
+
+
+def queue_of(name: str) -> str:
+    """A JS expression: the holder identities listed in the lock's row queue."""
+    return f"""(() => {{
+      const row = [...document.querySelectorAll('tr[data-lock]')].find((r) => r.dataset.lock === {json.dumps(name)});
+      return row ? [...row.querySelectorAll('ol.queue li')].map((li) => li.textContent) : null;
+    }})()"""
+
+
+@pytest.fixture
+def secret_node():
+    """A node with auth off and a cluster secret: the test force-releases through
+    the API with the secret; the page cannot (it never sends the secret)."""
+    workdir = tempfile.mkdtemp(prefix="baton-ui-secret-")
+    instance = Node(workdir, secret="cluster-secret-for-the-browser-test")
+    instance.start()
+    yield instance
+    instance.stop(signal.SIGKILL)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_queue_names_the_waiters_in_order_and_a_lock_delay_counts_down(page, secret_node):
+    node = secret_node
+    deploy, cron = "team-b/deploy", "team-b/cron"
+    open_live(page, node)
+    first = node.ok("POST", f"/v1/locks/{deploy}:acquire",
+                    {"holder": "deployer-1", "ttl_ms": 60000, "lock_delay_ms": 3000})
+    second = node.in_background("POST", f"/v1/locks/{deploy}:acquire",
+                                {"holder": "deployer-2", "ttl_ms": 60000, "wait_ms": 20000})
+    # The second waiter queues only once the first is in line, so the order is known.
+    page.wait_for(has_lock(deploy, "deployer-1", first["token"], 1), 10, "the holder and its first waiter")
+    node.in_background("POST", f"/v1/locks/{deploy}:acquire",
+                       {"holder": "deployer-3", "ttl_ms": 60000, "wait_ms": 20000})
+    page.wait_for(f"JSON.stringify({queue_of(deploy)}) === '[\"deployer-2\",\"deployer-3\"]'", 10,
+                  "both waiters by name, in line order, in the list")
+    assert "place in line" not in page.evaluate("document.body.innerText")
+
+    page.evaluate(f"document.querySelector('tr[data-lock={json.dumps(deploy)}] button').click()")
+    page.wait_for("""JSON.stringify([...document.querySelectorAll('#detail-queue li')].map((li) => li.textContent))
+        === '["deployer-2","deployer-3"]'""", 10, "the queue in the lock's detail")
+    # Auth off: the page offers no action, and says why.
+    assert page.evaluate("document.getElementById('revoke-lock').disabled") is True
+    assert "cluster secret" in page.evaluate("document.getElementById('revoke-lock-why').textContent")
+    if shots_dir():
+        shoot(page, "ui-lock-queue")
+
+    # A lock in delay with nobody waiting: its delay ends without any event.
+    quiet = node.ok("POST", f"/v1/locks/{cron}:acquire", {"holder": "cron-1", "ttl_ms": 60000, "lock_delay_ms": 2000})
+    assert node.ok("POST", f"/v1/locks/{deploy}:revoke", {"token": first["token"]})["holder"] == "deployer-1"
+    node.ok("POST", f"/v1/locks/{cron}:revoke", {"token": quiet["token"]})
+    until = node.ok("GET", f"/v1/locks/{deploy}")["delay_until_ms"]
+    assert until
+    # "until HH:MM:SS (N s left)", the time being the API's delay_until_ms.
+    page.wait_for(f"""(() => {{ const t = (document.getElementById('detail-delay') || {{}}).textContent || '';
+        const d = new Date({until}), p = (n) => String(n).padStart(2, '0');
+        const hms = p(d.getHours()) + ':' + p(d.getMinutes()) + ':' + p(d.getSeconds());
+        return /until \\d\\d:\\d\\d:\\d\\d \\([1-3] s left\\)/.test(t) && t.includes('until ' + hms) && t.includes("leader's clock"); }})()""",
+                  5, "the lock delay's end and countdown in the detail")
+    page.wait_for(f"""(() => {{ const row = document.querySelector('tr[data-lock={json.dumps(cron)}]');
+        return row && /in lock delay until \\d\\d:\\d\\d:\\d\\d/.test(row.querySelector('.delay').textContent); }})()""",
+                  5, "the other lock in delay in the list")
+    page.wait_for("document.getElementById('detail-events').textContent.includes('lock.force_released')", 10,
+                  "the force-release in the lock's events")
+
+    # After the delay the first waiter is granted, and the delay without waiters
+    # leaves the list (the page re-reads a lock once its delay has passed).
+    second["thread"].join(10)
+    assert second.get("status") == 200 and second["body"]["holder"] == "deployer-2", second
+    page.wait_for(has_lock(deploy, "deployer-2", second["body"]["token"], 1)
+                  + f" && JSON.stringify({queue_of(deploy)}) === '[\"deployer-3\"]'", 10,
+                  "the first waiter holding, the second still in line")
+    page.wait_for(f"{lock_row(cron)} === null", 10, "the undelayed free lock gone from the list")
+    assert page.evaluate("document.getElementById('detail-delay')") is None
+    assert page.exceptions == [], page.exceptions
