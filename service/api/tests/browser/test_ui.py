@@ -192,6 +192,8 @@ def test_queue_names_the_waiters_in_order_and_a_lock_delay_counts_down(page, sec
                   5, "the other lock in delay in the list")
     page.wait_for("document.getElementById('detail-events').textContent.includes('lock.force_released')", 10,
                   "the force-release in the lock's events")
+    if shots_dir():
+        page.screenshot(os.path.join(shots_dir(), "ui-lock-delay-desktop.png"))
 
     # After the delay the first waiter is granted, and the delay without waiters
     # leaves the list (the page re-reads a lock once its delay has passed).
