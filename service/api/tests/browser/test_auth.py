@@ -180,6 +180,40 @@ def test_a_client_token_cannot_force_release(page, guarded_node):
     assert page.exceptions == [], page.exceptions
 
 
+def test_admin_force_releases_a_name_and_a_changed_leader_is_never_released(page, guarded_node):
+    node = guarded_node
+    node.ok("PUT", "/v1/names/svc/billing", {"value": {"addr": "10.0.0.5:80"}, "holder": "billing-1", "ttl_ms": 60000})
+    first = node.ok("POST", "/v1/elections/primary:campaign", {"candidate": "pod-a", "value": 1, "ttl_ms": 60000})
+    sign_in(page, node, ADMIN)
+
+    # A registered name, from its row.
+    page.wait_for("!!document.querySelector('[data-key=\"revoke-name:svc/billing\"]')", 10, "the name's button")
+    page.evaluate("document.querySelector('[data-key=\"revoke-name:svc/billing\"]').click()")
+    page.wait_for("document.getElementById('confirm').open && "
+                  "document.getElementById('confirm').innerText.includes('billing-1')", 5, "the dialog naming the owner")
+    page.evaluate("document.getElementById('confirm-ok').click()")
+    page.wait_for("(r => !r.hidden && r.dataset.outcome === 'released')(document.getElementById('name-result'))", 10,
+                  "the name force-released")
+    page.wait_for("!document.querySelector('tr[data-name=\"svc/billing\"]')", 10, "the name gone from the list")
+    assert node.call("GET", "/v1/names/svc/billing")[0] == 404
+
+    # An election whose leader changes while the dialog is open: the shown token
+    # is sent, so the new leader is not released.
+    page.wait_for("!!document.querySelector('[data-key=\"revoke-election:primary\"]')", 10, "the leader's button")
+    page.evaluate("document.querySelector('[data-key=\"revoke-election:primary\"]').click()")
+    page.wait_for(f"document.getElementById('confirm').open && document.getElementById('confirm').innerText"
+                  f".includes('token {first['token']}')", 5, "the dialog naming pod-a's token")
+    node.ok("POST", "/v1/elections/primary:resign", {"lease_id": first["lease_id"], "token": first["token"]})
+    second = node.ok("POST", "/v1/elections/primary:campaign", {"candidate": "pod-b", "value": 2, "ttl_ms": 60000})
+    page.evaluate("document.getElementById('confirm-ok').click()")
+    page.wait_for(f"""(r => !r.hidden && r.dataset.outcome === 'token_mismatch'
+        && r.textContent.includes('token {second["token"]}'))(document.getElementById('election-result'))""",
+                  10, "the mismatch: it changed hands, nothing changed")
+    leader = node.ok("GET", "/v1/elections/primary")["leader"]
+    assert (leader["candidate"], leader["token"]) == ("pod-b", second["token"]), leader
+    assert page.exceptions == [], page.exceptions
+
+
 def shoot_dialog(page, name: str) -> None:
     """The open dialog as seen (viewport, not full page) at desktop and phone width."""
     directory = shots_dir()
