@@ -135,9 +135,15 @@ def test_admin_force_releases_a_lock_from_the_page_after_confirming(page, guarde
     page.press("Tab")
     assert page.evaluate("document.activeElement.id") == "confirm-ok"
     page.press("Enter")
-    page.wait_for(f"""(r => !r.hidden && r.dataset.outcome === 'released' && r.textContent.includes('report-1')
-        && r.textContent.includes('token {held["token"]}'))(document.getElementById('lock-result'))""",
-                  10, "the page to say the holding was force-released")
+    try:
+        page.wait_for(f"""(r => !r.hidden && r.dataset.outcome === 'released' && r.textContent.includes('report-1')
+            && r.textContent.includes('token {held["token"]}'))(document.getElementById('lock-result'))""",
+                      10, "the page to say the holding was force-released")
+    except AssertionError as error:
+        state = page.evaluate("(r => JSON.stringify({hidden: r.hidden, outcome: r.dataset.outcome, text: r.textContent,"
+                              " open: document.getElementById('confirm').open,"
+                              " value: document.getElementById('confirm').returnValue}))(document.getElementById('lock-result'))")
+        raise AssertionError(f"{error}; result: {state}; revoke requests: {revoke_requests(page)}") from None
     assert revoke_requests(page) == 1
     waiter["thread"].join(10)
     assert waiter.get("status") == 200 and waiter["body"]["holder"] == "report-2", waiter
