@@ -53,16 +53,18 @@ fn integral_floats_to_integers(value: &mut serde_json::Value) -> bool {
             let Some(float) = number.as_f64().filter(|_| number.is_f64()) else {
                 return false;
             };
-            // `u64::MAX as f64` rounds up to 2^64, so `<` keeps the cast exact.
-            if float.fract() == 0.0 && (0.0..u64::MAX as f64).contains(&float) {
-                *value = Value::from(float as u64);
-                true
-            } else if float.fract() == 0.0 && (i64::MIN as f64..0.0).contains(&float) {
-                *value = Value::from(float as i64);
-                true
-            } else {
-                false
+            // Only below 2^53 is every integer a float exactly: above it
+            // `9007199254740993.0` would read as ...992, a wrong token.
+            const EXACT: f64 = 9_007_199_254_740_992.0;
+            if float.fract() != 0.0 || float.abs() >= EXACT {
+                return false;
             }
+            *value = if float >= 0.0 {
+                Value::from(float as u64)
+            } else {
+                Value::from(float as i64)
+            };
+            true
         }
         // Every element is visited (no short-circuit): all of them are rewritten.
         Value::Array(items) => {
@@ -297,7 +299,41 @@ pub async fn read_body(mut payload: actix_web::web::Payload) -> Result<Bytes, Ap
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
+
+        /// Request parsers fed what no client should send answer with a typed
+        /// refusal (never a panic), and integral floats read as the integer.
+        #[test]
+        fn parsers_refuse_or_read_anything(
+            bytes in prop::collection::vec(any::<u8>(), 0..300),
+            json in r#"\{("(ttl_ms|wait_ms|holder|lease_id|lock_delay_ms)": ?(-?[0-9]{1,22}(\.[0-9]{0,3})?(e[0-9]{1,3})?|null|"[^"]{0,8}"|\[\]|\{\}),? ?){0,4}\}"#,
+            text in ".{0,64}",
+        ) {
+            let raw = Bytes::from(bytes);
+            let _ = parse_body::<crate::locks::AcquireBody>(&raw);
+            let _ = parse_required_body::<crate::locks::AcquireBody>(&raw);
+            let _ = parse_body::<crate::locks::AcquireBody>(&Bytes::from(json.clone()));
+            let _ = decode_page_token(&text);
+            let _ = validate_name(&text);
+            let _ = parse_lease_id(&text);
+        }
+
+        #[test]
+        fn integral_floats_read_as_the_integer(n in 0u64..(1 << 53), above in (1u64 << 53)..u64::MAX) {
+            let body = Bytes::from(format!("{{\"ttl_ms\": {n}.0}}"));
+            let parsed: crate::locks::AcquireBody = parse_body(&body).unwrap();
+            prop_assert_eq!(parsed.ttl_ms, Some(n));
+            // Past 2^53 a float may not be the integer it spells: refused.
+            let body = Bytes::from(format!("{{\"ttl_ms\": {above}.0}}"));
+            prop_assert!(parse_body::<crate::locks::AcquireBody>(&body).is_err());
+        }
+    }
 
     #[test]
     fn page_tokens_round_trip() {

@@ -85,6 +85,24 @@ mod tests {
     use super::*;
     use crate::type_config::{BatonNode, Entry, LogId, Membership, StoredMembership, Vote};
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 2_000, ..Default::default() })]
+
+        /// Stored bytes this build never wrote (a corrupt or foreign value) are
+        /// refused with a typed error, never a panic.
+        #[test]
+        fn arbitrary_stored_bytes_are_refused_or_read(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let mut versioned = vec![FORMAT_V1];
+            versioned.extend(&bytes);
+            for input in [&bytes, &versioned] {
+                let _ = decode::<Entry>("log entry", input);
+                let _ = decode::<Vote>("vote", input);
+                let _ = decode::<LogId>("log id", input);
+                let _ = decode::<StoredMembership>("membership", input);
+            }
+        }
+    }
+
     fn log_id(term: u64, index: u64) -> LogId {
         LogId::new(CommittedLeaderId::new(term, 1), index)
     }
