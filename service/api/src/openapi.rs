@@ -10,7 +10,7 @@ use crate::{cluster, elections, error, force_release, leases, locks, members, na
     info(
         title = "Baton",
         description = "A replicated lock-and-lease service: named locks with fencing tokens, leases, leader elections and cluster-unique names over HTTP/JSON. Errors are application/problem+json with a stable `code`. Every response carries `Baton-Revision`; grants also carry `Baton-Fencing-Token`.",
-        license(name = "Apache-2.0"),
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
     paths(
         leases::create, leases::keepalive, leases::get, leases::revoke,
