@@ -66,21 +66,20 @@ fn integral_floats_to_integers(value: &mut serde_json::Value) -> bool {
             };
             true
         }
-        // Every element is visited (no short-circuit): all of them are rewritten.
+        // Every element is rewritten: no short-circuit.
         Value::Array(items) => {
-            items
-                .iter_mut()
-                .map(integral_floats_to_integers)
-                .filter(|changed| *changed)
-                .count()
-                > 0
+            let mut changed = false;
+            for item in items {
+                changed |= integral_floats_to_integers(item);
+            }
+            changed
         }
         Value::Object(map) => {
-            map.values_mut()
-                .map(integral_floats_to_integers)
-                .filter(|changed| *changed)
-                .count()
-                > 0
+            let mut changed = false;
+            for item in map.values_mut() {
+                changed |= integral_floats_to_integers(item);
+            }
+            changed
         }
         _ => false,
     }

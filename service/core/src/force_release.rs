@@ -1,6 +1,8 @@
 //! An admin's force-release: ends another holder's holding of a lock, an
 //! election's leadership or a registered name, without its lease id.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::CoreError;
@@ -8,6 +10,7 @@ use crate::lease::Attachment;
 use crate::machine::StateMachine;
 use crate::name::validate_name;
 use crate::outcome::{EndReason, Event, Reply};
+use crate::slot::Slot;
 
 /// What a force-release ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,25 +37,22 @@ impl StateMachine {
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
         validate_name(name)?;
-        let current = match kind {
-            HoldingKind::Lock => self.locks.get(name).and_then(|s| s.holding.as_ref()),
-            HoldingKind::Election => self.elections.get(name).and_then(|s| s.holding.as_ref()),
-            HoldingKind::Name => None,
-        }
-        .map(|holding| {
-            (
+        let slot = |slots: &BTreeMap<String, Box<Slot>>| {
+            let holding = slots.get(name)?.holding.as_ref()?;
+            Some((
                 holding.lease_id,
                 holding.token,
                 holding.holder(&self.leases),
-            )
-        })
-        .or_else(|| match kind {
+            ))
+        };
+        let current = match kind {
+            HoldingKind::Lock => slot(&self.locks),
+            HoldingKind::Election => slot(&self.elections),
             HoldingKind::Name => self
                 .names
                 .get(name)
                 .map(|entry| (entry.lease_id, entry.token, entry.holder.clone())),
-            _ => None,
-        });
+        };
         let Some((lease_id, token, holder)) = current else {
             return Err(CoreError::NotFound);
         };

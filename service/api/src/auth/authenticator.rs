@@ -146,9 +146,7 @@ impl Authenticator {
                 // The handler accepts the cluster secret instead.
                 return Ok(Some(Caller::unidentified()));
             }
-            return Err(Refusal::Unauthenticated(
-                "this endpoint needs an 'Authorization: Bearer <token>' header",
-            ));
+            return Err(Refusal::Unauthenticated(super::caller::NO_TOKEN));
         };
         let Some(index) = policy.identify_index(token) else {
             return Err(Refusal::Unauthenticated("the bearer token is not valid"));

@@ -75,73 +75,58 @@ impl Caller {
         self.principal_ref().is_some_and(Principal::is_admin)
     }
 
-    /// Whether the caller may use `name` of `kind` (always, with auth off).
-    pub fn may(&self, kind: Kind, name: &str) -> bool {
+    /// Auth off allows everything, a request without a principal nothing, a
+    /// principal what `allowed` says of it.
+    fn allows(&self, allowed: impl Fn(&Principal) -> bool) -> bool {
         match &self.0 {
             Who::Anyone => true,
             Who::Unidentified => false,
-            Who::Principal(..) => self.principal_ref().is_some_and(|p| p.may(kind, name)),
+            Who::Principal(..) => self.principal_ref().is_some_and(allowed),
         }
+    }
+
+    /// [`Caller::allows`] as an answer: 403 with `refusal`'s reason for a
+    /// principal, 401 without one.
+    fn judge(
+        &self,
+        allowed: impl Fn(&Principal) -> bool,
+        refusal: impl Fn(&Principal) -> String,
+    ) -> Result<(), ApiError> {
+        if self.allows(&allowed) {
+            return Ok(());
+        }
+        match self.principal_ref() {
+            Some(principal) => Err(ApiError::Forbidden(refusal(principal))),
+            None => Err(no_token()),
+        }
+    }
+
+    /// Whether the caller may use `name` of `kind` (always, with auth off).
+    pub fn may(&self, kind: Kind, name: &str) -> bool {
+        self.allows(|p| p.may(kind, name))
     }
 
     /// Whether the caller may see every name of `kind` under `prefix`.
     pub fn may_all_under(&self, kind: Kind, prefix: &str) -> bool {
-        match &self.0 {
-            Who::Anyone => true,
-            Who::Unidentified => false,
-            Who::Principal(..) => self
-                .principal_ref()
-                .is_some_and(|p| p.may_all_under(kind, prefix)),
-        }
+        self.allows(|p| p.may_all_under(kind, prefix))
     }
 
     /// Refuses unless the caller may use `name` of `kind`.
     pub fn require(&self, kind: Kind, name: &str) -> Result<(), ApiError> {
-        match (&self.0, self.principal_ref()) {
-            (Who::Anyone, _) => Ok(()),
-            (_, Some(principal)) if principal.may(kind, name) => Ok(()),
-            (_, Some(principal)) => Err(ApiError::Forbidden(principal.refusal(kind, name))),
-            (_, None) => Err(ApiError::Unauthenticated(
-                "this endpoint needs an 'Authorization: Bearer <token>' header".into(),
-            )),
-        }
+        self.judge(|p| p.may(kind, name), |p| p.refusal(kind, name))
     }
 
     /// Refuses a list or watch of `kind` by a principal that may use no name of
     /// that kind (one with some prefixes gets a filtered answer instead).
     pub fn require_any(&self, kind: Kind) -> Result<(), ApiError> {
-        match (&self.0, self.principal_ref()) {
-            (Who::Anyone, _) => Ok(()),
-            (_, Some(principal)) if principal.may_any(kind) => Ok(()),
-            (_, Some(principal)) => Err(ApiError::Forbidden(principal.refusal_of_kind(kind))),
-            (_, None) => Err(ApiError::Unauthenticated(
-                "this endpoint needs an 'Authorization: Bearer <token>' header".into(),
-            )),
-        }
-    }
-
-    /// Refuses unless the caller is an admin principal (auth on) or auth is off.
-    pub fn require_admin(&self) -> Result<(), ApiError> {
-        match (&self.0, self.principal_ref()) {
-            (Who::Anyone, _) => Ok(()),
-            (_, Some(principal)) if principal.is_admin() => Ok(()),
-            (_, Some(principal)) => Err(ApiError::Forbidden(format!(
-                "principal '{}' is not an admin",
-                principal.name
-            ))),
-            (_, None) => Err(ApiError::Unauthenticated(
-                "this endpoint needs an admin's 'Authorization: Bearer <token>' header".into(),
-            )),
-        }
+        self.judge(|p| p.may_any(kind), |p| p.refusal_of_kind(kind))
     }
 
     /// Refuses a lease that another principal owns, judged on this replica's
     /// state. Writes are judged again by the state machine ([`Caller::command`]).
     pub fn require_lease(&self, state: &ApiState, lease_id: LeaseId) -> Result<(), ApiError> {
         if let Who::Unidentified = self.0 {
-            return Err(ApiError::Unauthenticated(
-                "this endpoint needs an 'Authorization: Bearer <token>' header".into(),
-            ));
+            return Err(no_token());
         }
         let name = self.name();
         Ok(state.node.read(|sm| sm.check_lease_owner(lease_id, name))?)
@@ -152,9 +137,7 @@ impl Caller {
     /// principal) may send nothing.
     pub fn command(&self, command: Command) -> Result<Command, ApiError> {
         match &self.0 {
-            Who::Unidentified => Err(ApiError::Unauthenticated(
-                "this endpoint needs an 'Authorization: Bearer <token>' header".into(),
-            )),
+            Who::Unidentified => Err(no_token()),
             _ => Ok(command.by(self.name())),
         }
     }
@@ -171,6 +154,13 @@ impl Caller {
             },
         }
     }
+}
+
+/// Why a request without a principal is refused (auth on).
+pub(crate) const NO_TOKEN: &str = "this endpoint needs an 'Authorization: Bearer <token>' header";
+
+fn no_token() -> ApiError {
+    ApiError::Unauthenticated(NO_TOKEN.into())
 }
 
 /// Refuses unless the caller is an admin principal or presents the cluster
