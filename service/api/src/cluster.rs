@@ -2,7 +2,7 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::error::ApiError;
@@ -10,7 +10,7 @@ use crate::respond::Answer;
 use crate::state::ApiState;
 
 /// A cluster member.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct MemberInfo {
     /// Raft node id.
     pub id: u64,
@@ -23,7 +23,7 @@ pub struct MemberInfo {
 }
 
 /// The cluster as this node sees it.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ClusterInfo {
     /// Identifies the cluster (the same on every node; empty for the first moments
     /// of a new cluster, until its id is committed).
@@ -43,7 +43,7 @@ pub struct ClusterInfo {
 }
 
 /// Liveness or readiness.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Health {
     /// `ok`, or `not_ready`.
     pub status: String,

@@ -21,20 +21,27 @@ fn page(html: &'static str) -> HttpResponse {
         .body(html)
 }
 
-/// The OpenAPI document.
+/// The OpenAPI document (this document). Open without a token.
+#[utoipa::path(get, operation_id = "openapi", path = "/openapi.json", tag = "docs",
+    responses((status = 200, content_type = "application/json", body = Object, description = "The OpenAPI 3.1 document")))]
 pub async fn openapi() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/json")
         .body(openapi_json())
 }
 
-/// A self-contained HTML page that renders `/openapi.json`.
+/// A self-contained HTML page that renders `/openapi.json`. Open without a token.
+#[utoipa::path(get, operation_id = "docs", path = "/docs", tag = "docs",
+    responses((status = 200, content_type = "text/html", body = String, description = "The API reference page")))]
 pub async fn docs() -> HttpResponse {
     page(include_str!("../static/docs.html"))
 }
 
 /// The live console: locks, elections, names, leases and the cluster, listed
-/// once and then followed on `/v1/watch` (see `static/ui.html`).
+/// once and then followed on `/v1/watch` (see `static/ui.html`). The page is
+/// open; what it shows needs the caller's token.
+#[utoipa::path(get, operation_id = "ui", path = "/ui", tag = "docs",
+    responses((status = 200, content_type = "text/html", body = String, description = "The console page")))]
 pub async fn ui() -> HttpResponse {
     page(include_str!("../static/ui.html"))
 }

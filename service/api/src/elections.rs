@@ -19,23 +19,26 @@ use crate::respond::{applied, lease_ref, propose, propose_waiting, unexpected, A
 use crate::state::ApiState;
 
 /// Body of `:campaign`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CampaignBody {
     /// Stand on this lease; without it, a lease is created for this candidacy.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub lease_id: Option<String>,
     /// TTL of the lease created when `lease_id` is absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
     /// The candidate's identity.
     pub candidate: String,
     /// What the leader publishes (any JSON, ≤ 4 KiB).
     pub value: Value,
     /// Wait in the candidate queue up to this long (0 = try once).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<u64>,
 }
 
 /// An election won.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Elected {
     /// Election name.
     pub name: String,
@@ -50,7 +53,7 @@ pub struct Elected {
 }
 
 /// Body of `:proclaim`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProclaimBody {
     /// The leader's lease.
@@ -62,7 +65,7 @@ pub struct ProclaimBody {
 }
 
 /// A proclaimed value.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Proclaimed {
     /// Election name.
     pub name: String,
@@ -75,7 +78,7 @@ pub struct Proclaimed {
 }
 
 /// Body of `:resign`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResignBody {
     /// The leader's lease.
@@ -85,14 +88,14 @@ pub struct ResignBody {
 }
 
 /// A resignation.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Resigned {
     /// Always true.
     pub resigned: bool,
 }
 
 /// The current leader.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct LeaderInfo {
     /// The leader's candidate identity.
     pub candidate: String,
@@ -105,7 +108,7 @@ pub struct LeaderInfo {
 }
 
 /// An election.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ElectionInfo {
     /// Election name.
     pub name: String,

@@ -8,12 +8,13 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use baton_core::CoreError;
 use baton_raft::{RaftLayerError, WatchError};
-use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// An RFC 9457 problem document, as every error response carries it.
-#[derive(Debug, Serialize, ToSchema)]
+/// An RFC 9457 problem document, as every error response carries it: error
+/// bodies are this type serialized, so the documented schema is the wire format.
+/// The fields after `code` are present only where the `code` names them.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 pub struct Problem {
     /// `https://baton.dev/errors/<code>`.
     #[serde(rename = "type")]
@@ -24,14 +25,39 @@ pub struct Problem {
     pub status: u16,
     /// What went wrong with this request.
     pub detail: String,
-    /// Stable machine-readable error code.
+    /// Stable machine-readable error code (the table in README.md, "Errors").
     pub code: String,
-    /// Current holder's identity (`lock_held`, `name_taken`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The current holder's identity (`lock_held`, `name_taken`); absent while
+    /// the lock is free but in lock delay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder: Option<String>,
-    /// Current holder's token (`lock_held`, `name_taken`, `lock_lost` as `current_token`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The current holder's or leader's fencing token (`lock_held`,
+    /// `name_taken`, `not_elected`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<u64>,
+    /// The token that holds now (`lock_lost` when someone else holds the lock,
+    /// `token_mismatch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_token: Option<u64>,
+    /// The current leader's candidate name (`not_elected`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
+    /// The Raft leader's node id, when known (`unavailable` from a node that is
+    /// not the leader).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_id: Option<u64>,
+    /// The revision the read asked for (`revision_not_reached`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_revision: Option<u64>,
+    /// The revision this node has applied (`revision_not_reached`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_revision: Option<u64>,
+    /// The revision the watch asked to resume from (`revision_compacted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<u64>,
+    /// The oldest revision a watch can still resume from (`revision_compacted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_revision: Option<u64>,
 }
 
 /// Every way an API request can fail.
@@ -249,42 +275,50 @@ impl ApiError {
         }
     }
 
-    /// Fields beyond the RFC 9457 ones, per error.
-    fn extra(&self) -> Map<String, Value> {
-        let mut extra = Map::new();
+    /// The problem document this error is sent as.
+    pub fn problem(&self) -> Problem {
+        let mapping = self.mapping();
+        let mut problem = Problem {
+            kind: format!("https://baton.dev/errors/{}", mapping.code),
+            title: mapping.title.to_owned(),
+            status: mapping.status.as_u16(),
+            detail: self.to_string(),
+            code: mapping.code.to_owned(),
+            ..Problem::default()
+        };
         match self {
             ApiError::Core(CoreError::LockHeld { holder, token }) => {
-                extra.insert("holder".into(), json!(holder));
-                extra.insert("token".into(), json!(token));
+                problem.holder = holder.clone();
+                problem.token = *token;
             }
             ApiError::Core(CoreError::TokenMismatch { current_token }) => {
-                extra.insert("current_token".into(), json!(current_token));
+                problem.current_token = Some(*current_token);
             }
             ApiError::Core(CoreError::LockLost { current_token }) => {
-                extra.insert("current_token".into(), json!(current_token));
+                problem.current_token = *current_token;
             }
             ApiError::Core(CoreError::NotElected { leader, token }) => {
-                extra.insert("leader".into(), json!(leader));
-                extra.insert("token".into(), json!(token));
+                problem.leader = leader.clone();
+                problem.token = *token;
             }
             ApiError::Core(CoreError::NameTaken { holder, token }) => {
-                extra.insert("holder".into(), json!(holder));
-                extra.insert("token".into(), json!(token));
+                problem.holder = Some(holder.clone());
+                problem.token = Some(*token);
             }
             ApiError::Raft(RaftLayerError::NotLeader { leader_id, .. }) => {
-                extra.insert("leader_id".into(), json!(leader_id));
+                problem.leader_id = *leader_id;
             }
             ApiError::Raft(RaftLayerError::RevisionNotReached { wanted, applied }) => {
-                extra.insert("min_revision".into(), json!(wanted));
-                extra.insert("applied_revision".into(), json!(applied));
+                problem.min_revision = Some(*wanted);
+                problem.applied_revision = Some(*applied);
             }
             ApiError::Watch(WatchError::Compacted { since, oldest }) => {
-                extra.insert("since".into(), json!(since));
-                extra.insert("oldest_revision".into(), json!(oldest));
+                problem.since = Some(*since);
+                problem.oldest_revision = Some(*oldest);
             }
             _ => {}
         }
-        extra
+        problem
     }
 
     fn retry_after(&self) -> Option<Duration> {
@@ -310,18 +344,8 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        let mapping = self.mapping();
-        let mut body = Map::new();
-        body.insert(
-            "type".into(),
-            json!(format!("https://baton.dev/errors/{}", mapping.code)),
-        );
-        body.insert("title".into(), json!(mapping.title));
-        body.insert("status".into(), json!(mapping.status.as_u16()));
-        body.insert("detail".into(), json!(self.to_string()));
-        body.insert("code".into(), json!(mapping.code));
-        body.extend(self.extra());
-        let mut response = HttpResponse::build(mapping.status);
+        let problem = self.problem();
+        let mut response = HttpResponse::build(self.status_code());
         response.insert_header((
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
@@ -335,6 +359,6 @@ impl ResponseError for ApiError {
         if let Some(after) = self.retry_after() {
             response.insert_header((header::RETRY_AFTER, after.as_secs().max(1).to_string()));
         }
-        response.body(Value::Object(body).to_string())
+        response.body(serde_json::to_string(&problem).unwrap_or_default())
     }
 }

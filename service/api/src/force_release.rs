@@ -13,16 +13,17 @@ use crate::respond::{applied, propose, unexpected, Answer};
 use crate::state::ApiState;
 
 /// Body of a force-release (optional).
-#[derive(Debug, Default, Deserialize, ToSchema)]
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ForceReleaseBody {
     /// Only if this is the current holder's token (so that a successor's
     /// holding is never ended by mistake).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<u64>,
 }
 
 /// A holding an admin ended.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ForceReleased {
     /// The name.
     pub name: String,

@@ -14,17 +14,19 @@ use crate::respond::{applied, propose, unexpected, Answer};
 use crate::state::ApiState;
 
 /// Body of `POST /v1/leases`.
-#[derive(Debug, Default, Deserialize, ToSchema)]
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateLeaseBody {
     /// TTL in milliseconds (default 15000, bounds configurable: 1000..=3600000).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
     /// Free-text identity shown to others as who holds what (≤ 256 bytes).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub holder: Option<String>,
 }
 
 /// A created lease.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct LeaseCreated {
     /// The lease id: a capability, shown only to its creator.
     pub lease_id: String,
@@ -37,7 +39,7 @@ pub struct LeaseCreated {
 }
 
 /// A kept-alive lease.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct LeaseKeptAlive {
     /// The lease id.
     pub lease_id: String,
@@ -46,7 +48,7 @@ pub struct LeaseKeptAlive {
 }
 
 /// A lease and everything attached to it.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct LeaseInfo {
     /// The lease id.
     pub lease_id: String,
@@ -65,7 +67,7 @@ pub struct LeaseInfo {
 }
 
 /// What a revoked lease released.
-#[derive(Debug, Default, Serialize, ToSchema)]
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
 pub struct ReleasedSet {
     /// Locks released.
     pub locks: Vec<String>,
@@ -76,7 +78,7 @@ pub struct ReleasedSet {
 }
 
 /// A revoked lease.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct LeaseRevoked {
     /// Always true.
     pub revoked: bool,

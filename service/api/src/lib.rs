@@ -25,5 +25,5 @@ pub mod watch;
 
 pub use disconnect::{client_gone, on_connect};
 pub use openapi::{openapi_json, ApiDoc};
-pub use routes::configure;
+pub use routes::{configure, route_table, RouteEntry};
 pub use state::{ApiSettings, ApiState};

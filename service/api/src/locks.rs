@@ -17,24 +17,29 @@ use crate::respond::{applied, lease_ref, propose, propose_waiting, unexpected, A
 use crate::state::ApiState;
 
 /// Body of `:acquire`.
-#[derive(Debug, Default, Deserialize, ToSchema)]
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireBody {
     /// Hang the grant on this lease; without it, a lease is created for this lock
     /// alone (and revoked on release).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub lease_id: Option<String>,
     /// TTL of the lease created when `lease_id` is absent (ignored otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
     /// Who holds it (defaults to the lease's holder).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub holder: Option<String>,
     /// Wait in the FIFO queue up to this long (0 = try once; max configurable).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<u64>,
     /// After this grant's lease *expires*, keep the lock ungrantable this long.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub lock_delay_ms: Option<u64>,
 }
 
 /// A lock grant.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct LockGrant {
     /// Lock name.
     pub name: String,
@@ -51,7 +56,7 @@ pub struct LockGrant {
 }
 
 /// Body of `:renew` and `:release`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HolderBody {
     /// The holder's lease.
@@ -61,7 +66,7 @@ pub struct HolderBody {
 }
 
 /// A renewed grant.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct LockRenewed {
     /// Lock name.
     pub name: String,
@@ -72,7 +77,7 @@ pub struct LockRenewed {
 }
 
 /// A released lock.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct LockReleased {
     /// Always true.
     pub released: bool,
@@ -81,7 +86,7 @@ pub struct LockReleased {
 }
 
 /// Body of `:validate`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ValidateBody {
     /// The token to check.
@@ -89,7 +94,7 @@ pub struct ValidateBody {
 }
 
 /// Whether a token is the current holder's.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Validation {
     /// True when `token` is the current holder's token.
     pub valid: bool,
@@ -98,7 +103,7 @@ pub struct Validation {
 }
 
 /// A lock as anyone may see it.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct LockInfo {
     /// Lock name.
     pub name: String,
@@ -136,7 +141,7 @@ impl From<LockView> for LockInfo {
 }
 
 /// A page of locks.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct LockPage {
     /// Locks that are held or have waiters, in name order.
     pub items: Vec<LockInfo>,

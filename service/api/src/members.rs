@@ -16,7 +16,7 @@ use crate::respond::Answer;
 use crate::state::ApiState;
 
 /// Body of `POST /v1/cluster/members`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddMemberBody {
     /// Raft node id (unique in the cluster).
@@ -35,7 +35,7 @@ fn default_voter() -> bool {
 }
 
 /// A membership change that completed.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct MembershipChanged {
     /// The node concerned.
     pub id: u64,

@@ -18,21 +18,24 @@ use crate::respond::{applied, lease_ref, propose, unexpected, Answer};
 use crate::state::ApiState;
 
 /// Body of `PUT /v1/names/{name}`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterBody {
     /// Register on this lease; without it, a lease is created for this name alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub lease_id: Option<String>,
     /// TTL of the lease created when `lease_id` is absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
     /// Owner identity (defaults to the lease's holder).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub holder: Option<String>,
     /// The registered value (any JSON, ≤ 4 KiB).
     pub value: Value,
 }
 
 /// A registration.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Registered {
     /// The name.
     pub name: String,
@@ -47,7 +50,7 @@ pub struct Registered {
 }
 
 /// Body of `DELETE /v1/names/{name}`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UnregisterBody {
     /// The owner's lease.
@@ -55,14 +58,14 @@ pub struct UnregisterBody {
 }
 
 /// An unregistration.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Unregistered {
     /// Always true.
     pub unregistered: bool,
 }
 
 /// A registered name as anyone may see it.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct NameInfo {
     /// The name.
     pub name: String,
@@ -89,7 +92,7 @@ impl From<NameView> for NameInfo {
 }
 
 /// A page of names.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct NamePage {
     /// Registered names, in name order.
     pub items: Vec<NameInfo>,

@@ -2,7 +2,7 @@
 
 use utoipa::OpenApi;
 
-use crate::{cluster, elections, error, force_release, leases, locks, members, names, watch};
+use crate::{cluster, docs, elections, error, force_release, leases, locks, members, names, watch};
 
 /// Baton's API description (`GET /openapi.json`, committed as `openapi/baton.json`).
 #[derive(OpenApi)]
@@ -20,6 +20,7 @@ use crate::{cluster, elections, error, force_release, leases, locks, members, na
         watch::observe, watch::watch,
         names::register, names::get, names::unregister, names::list,
         cluster::cluster, members::add, members::remove, cluster::healthz, cluster::readyz, cluster::metrics,
+        docs::openapi, docs::docs, docs::ui,
     ),
     components(schemas(error::Problem)),
     tags(
@@ -30,6 +31,7 @@ use crate::{cluster, elections, error, force_release, leases, locks, members, na
         (name = "watch", description = "Server-Sent Events streams of state changes, resumable by revision"),
         (name = "cluster", description = "Cluster membership and status"),
         (name = "health", description = "Health, readiness, metrics"),
+        (name = "docs", description = "This document, its reference page and the console (open without a token)"),
     )
 )]
 pub struct ApiDoc;

@@ -6,7 +6,7 @@ use actix_web::web::Bytes;
 use actix_web::HttpRequest;
 use baton_core::{validate_name, IdempotencyKey, LeaseId};
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use utoipa::IntoParams;
 
 use crate::auth::{Caller, Kind};
@@ -147,14 +147,16 @@ pub fn idempotency_key(
 }
 
 /// How a read wants to be served.
-#[derive(Debug, Default, Deserialize, IntoParams)]
+#[derive(Debug, Default, Serialize, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ReadQuery {
     /// `linearizable` (default: Raft ReadIndex through the leader) or `local`
     /// (this replica's state, possibly stale).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub consistency: Option<String>,
     /// Answer from this replica once it has applied this revision (waits up to 3 s).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub min_revision: Option<u64>,
 }
 
@@ -177,19 +179,25 @@ pub async fn settle_read(state: &ApiState, query: &ReadQuery) -> Result<(), ApiE
 }
 
 /// Paging parameters of list endpoints.
-#[derive(Debug, Default, Deserialize, IntoParams)]
+#[derive(Debug, Default, Serialize, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Only names starting with this prefix.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
     /// Page size, 1..=1000 (default 100).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
     /// `next_page_token` of the previous page.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub page_token: Option<String>,
-    /// See [`ReadQuery::consistency`].
+    /// `linearizable` (default: Raft ReadIndex through the leader) or `local`
+    /// (this replica's state, possibly stale).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub consistency: Option<String>,
-    /// See [`ReadQuery::min_revision`].
+    /// Answer from this replica once it has applied this revision (waits up to 3 s).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub min_revision: Option<u64>,
 }
 

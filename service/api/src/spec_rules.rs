@@ -9,10 +9,16 @@
 //! on the next handler. The document stays generated from the code (`make
 //! openapi`), and `openapi_drift` fails when the committed copy differs.
 
+use baton_core::CoreError;
+use baton_raft::RaftLayerError;
 use serde_json::{json, Map, Value};
+
+use crate::error::ApiError;
 
 /// Operations open without a token by default (`endpoints` in the auth file).
 const OPTIONAL_AUTH: &[&str] = &["healthz", "readyz", "metrics"];
+/// Operations always open: this document, its page and the console page.
+const OPEN: &[&str] = &["openapi", "docs", "ui"];
 /// Operations that also take the cluster secret instead of a token.
 const MEMBERSHIP: &[&str] = &[
     "add_member",
@@ -67,6 +73,10 @@ fn operation_rules(operation: &mut Value) {
         .as_str()
         .unwrap_or_default()
         .to_owned();
+    if OPEN.contains(&id.as_str()) {
+        operation["security"] = json!([{}]);
+        return;
+    }
     if OPTIONAL_AUTH.contains(&id.as_str()) {
         operation["security"] = json!([{}, {"bearer": []}]);
     }
@@ -95,17 +105,20 @@ fn operation_rules(operation: &mut Value) {
         responses,
         "401",
         "unauthenticated: auth is on and the request has no valid bearer token",
+        ApiError::Unauthenticated(crate::auth::NO_TOKEN.into()),
     );
     ensure(
         responses,
         "403",
         "forbidden: the principal may not use this name, lease or endpoint",
+        ApiError::Forbidden("principal 'ci' may not use locks named 'team-b/deploy'".into()),
     );
     if has.name || has.query || has.body || has.idempotency_key || id == "remove_member" {
         ensure(
             responses,
             "400",
             "invalid_name, invalid_query, invalid_body, invalid_idempotency_key (as the request's parts apply)",
+            ApiError::InvalidBody("unknown field `ttl`, expected one of `lease_id`, `ttl_ms`, `holder`, `wait_ms`, `lock_delay_ms` at line 1 column 6".into()),
         );
     }
     if has.body {
@@ -113,6 +126,7 @@ fn operation_rules(operation: &mut Value) {
             responses,
             "413",
             "body_too_large (over 16 KiB), value_too_large",
+            ApiError::BodyTooLarge(16 * 1024),
         );
     }
     if has.idempotency_key {
@@ -120,6 +134,7 @@ fn operation_rules(operation: &mut Value) {
             responses,
             "422",
             "idempotency_key_reused: the key was used for a different request",
+            ApiError::Core(CoreError::IdempotencyKeyReused),
         );
     }
     if has.min_revision {
@@ -127,19 +142,36 @@ fn operation_rules(operation: &mut Value) {
             responses,
             "504",
             "revision_not_reached: min_revision was not applied within 3 s",
+            ApiError::Raft(RaftLayerError::RevisionNotReached {
+                wanted: 1200,
+                applied: 1187,
+            }),
         );
     }
     if !OPTIONAL_AUTH.contains(&id.as_str()) {
         ensure(
             responses,
+            "429",
+            "quota_exceeded: a per-lease, per-lock or per-client limit (holdings on one lease, waiters on one lock, watch streams); Retry-After when waiting can help",
+            ApiError::Core(CoreError::QuotaExceeded {
+                what: "holdings per lease (10000)".into(),
+            }),
+        );
+        ensure(
+            responses,
             "503",
             "unavailable (no leader or quorum) or overloaded (the write queue is full; nothing was applied): retry after Retry-After",
+            ApiError::Raft(RaftLayerError::Overloaded { queued: 8192 }),
         );
-        if let Some(unavailable) = responses.get_mut("503") {
-            unavailable["headers"]["Retry-After"] = json!({
-                "description": "Seconds to wait before retrying",
-                "schema": {"type": "integer", "minimum": 1}
-            });
+        for status in ["429", "503"] {
+            if let Some(response) = responses.get_mut(status) {
+                let required = status == "503";
+                response["headers"]["Retry-After"] = json!({
+                    "description": "Seconds to wait before retrying",
+                    "required": required,
+                    "schema": {"type": "integer", "minimum": 1}
+                });
+            }
         }
     }
     event_stream_items(responses);
@@ -260,14 +292,19 @@ fn body_bounds(doc: &mut Value) {
     }
 }
 
-/// Adds a problem+json response for `status` unless the operation has one.
-fn ensure(responses: &mut Value, status: &str, description: &str) {
+/// Adds a problem+json response for `status` unless the operation has one;
+/// its example is `example` as the server would send it (the same table and
+/// the same serialization), so examples cannot drift from the wire either.
+fn ensure(responses: &mut Value, status: &str, description: &str, example: ApiError) {
     if responses.get(status).is_some() {
         return;
     }
     responses[status] = json!({
         "description": description,
-        "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+        "content": {"application/problem+json": {
+            "schema": {"$ref": "#/components/schemas/Problem"},
+            "example": example.problem()
+        }}
     });
 }
 

@@ -16,7 +16,7 @@ use actix_web::http::header;
 use actix_web::web::{self, Bytes};
 use actix_web::{HttpRequest, HttpResponse};
 use baton_raft::{sse_frame, Step, Subscription, WatchFilter, WatchKind};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::IntoParams;
 
@@ -30,33 +30,39 @@ use crate::state::ApiState;
 const BATCH: usize = 64;
 
 /// Query of `GET /v1/watch`.
-#[derive(Debug, Default, Deserialize, IntoParams)]
+#[derive(Debug, Default, Serialize, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct WatchQuery {
     /// Only changes of locks, elections and names starting with this prefix
     /// (lease events have no name and are left out when a prefix is given).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
     /// Comma-separated resource kinds: `lock`, `election`, `name`, `lease`
     /// (default: all).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub kinds: Option<String>,
     /// Send the changes after this revision (default: only new ones). A
     /// `Last-Event-ID` header takes precedence, so a reconnecting `EventSource`
     /// resumes where it stopped.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub since: Option<u64>,
     /// Bookmark interval for this stream, in milliseconds (100 up to the
     /// server's interval, default 10000).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub bookmark_ms: Option<u64>,
 }
 
 /// Query of `GET /v1/elections/{name}:observe`.
-#[derive(Debug, Default, Deserialize, IntoParams)]
+#[derive(Debug, Default, Serialize, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ObserveQuery {
     /// As for `/v1/watch`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub since: Option<u64>,
     /// As for `/v1/watch`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub bookmark_ms: Option<u64>,
 }
 

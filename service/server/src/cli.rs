@@ -36,6 +36,23 @@ pub enum Command {
     /// Development helpers.
     #[command(subcommand)]
     Dev(DevCommand),
+    /// Run a command while holding a lock: `baton lock NAME -- CMD ARGS...`
+    /// (stopped if the lock is lost; exit 75: not acquired in time, 76: lost).
+    Lock(crate::client_cli::LockCommand),
+    /// Run a command only while leader of an election, or `--observe` it.
+    Elect(crate::client_cli::ElectCommand),
+    /// Inspect locks; admins force-release them.
+    Locks(crate::client_cli::LocksCommand),
+    /// Inspect elections; admins force-release their leadership.
+    Elections(crate::client_cli::ElectionsCommand),
+    /// Inspect and register names.
+    Names(crate::client_cli::NamesCommand),
+    /// Create, inspect, keep alive and revoke leases.
+    Leases(crate::client_cli::LeasesCommand),
+    /// Print changes as they happen (`--prefix`, `--kinds`).
+    Watch(crate::client_cli::WatchCommand),
+    /// Cluster status and membership changes.
+    Cluster(crate::client_cli::ClusterCommand),
 }
 
 /// `baton dev ...`

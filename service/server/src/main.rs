@@ -2,9 +2,15 @@
 
 mod auth_cli;
 mod cli;
+mod client;
+mod client_cli;
 mod dev_cluster;
+mod event_stream;
+mod inspect;
 mod probe;
 mod proxy;
+mod supervisor;
+mod table;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -19,6 +25,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Command, DevCommand, ServeArgs};
 use crate::proxy::Proxy;
+use crate::supervisor::Target;
 
 fn init_tracing() {
     let filter = EnvFilter::try_from_env("BATON_LOG")
@@ -169,6 +176,22 @@ async fn stop_on_signal(server: actix_web::dev::ServerHandle, node: std::sync::A
     server.stop(true).await;
 }
 
+/// `baton lock` / `baton elect NAME -- CMD`.
+async fn hold(
+    options: client_cli::ClientOptions,
+    args: client_cli::HoldArgs,
+    target: Target,
+) -> ExitCode {
+    if target == Target::Lock && args.value.is_some() {
+        eprintln!("baton: --value is for elections (baton elect)");
+        return ExitCode::from(2);
+    }
+    match options.client() {
+        Ok(client) => supervisor::run(client, target, args, options.output).await,
+        Err(error) => client_cli::report(&error),
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
     exit_on_panic();
@@ -184,6 +207,24 @@ async fn main() -> anyhow::Result<ExitCode> {
         }
         Command::Auth(command) => auth_cli::run(&command)?,
         Command::Dev(DevCommand::Cluster(args)) => dev_cluster::run(args).await?,
+        Command::Lock(command) => return Ok(hold(command.client, command.hold, Target::Lock).await),
+        Command::Elect(command) if command.observe => {
+            return Ok(match command.client.client() {
+                Ok(client) => {
+                    inspect::observe(&client, &command.hold.name, command.client.output).await
+                }
+                Err(error) => client_cli::report(&error),
+            });
+        }
+        Command::Elect(command) => {
+            return Ok(hold(command.client, command.hold, Target::Election).await)
+        }
+        Command::Locks(command) => return Ok(inspect::locks(command).await),
+        Command::Elections(command) => return Ok(inspect::elections(command).await),
+        Command::Names(command) => return Ok(inspect::names(command).await),
+        Command::Leases(command) => return Ok(inspect::leases(command).await),
+        Command::Watch(command) => return Ok(inspect::watch(command).await),
+        Command::Cluster(command) => return Ok(inspect::cluster(command).await),
     }
     Ok(ExitCode::SUCCESS)
 }

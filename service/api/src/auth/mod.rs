@@ -11,5 +11,6 @@ mod caller;
 mod policy;
 
 pub use authenticator::{AuthError, Authenticator, Refusal};
+pub(crate) use caller::NO_TOKEN;
 pub use caller::{require_admin_or_secret, Caller};
 pub use policy::{hash_token, AuthPolicy, EndpointAccess, Kind, Principal, Role};
