@@ -6,7 +6,7 @@
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/baton-target
 CARGO ?= cargo
 
-.PHONY: setup run cluster build release test test-rust test-openapi test-image test-chart test-ui test-fuzz openapi lint fmt clean-data chaos test-chaos fresh-check
+.PHONY: setup run cluster build release test test-rust test-openapi test-image test-chart test-ui test-clients test-fuzz openapi lint fmt clean-data chaos test-chaos fresh-check
 
 setup:
 	@.ci/setup
@@ -28,7 +28,7 @@ cluster: build
 release: setup
 	$(CARGO) build --release --workspace
 
-test: setup test-rust test-openapi test-image test-chart test-ui test-fuzz test-loadtest test-chaos
+test: setup test-rust test-openapi test-image test-chart test-ui test-clients test-fuzz test-loadtest test-chaos
 
 test-rust:
 	$(CARGO) nextest run --workspace --no-fail-fast
@@ -60,6 +60,15 @@ test-ui: build
 	@.ci/setup python
 	@.ci/setup browser
 	BATON_BIN=$(CARGO_TARGET_DIR)/debug/baton .venv/bin/pytest -q service/api/tests/browser
+
+# Generated clients (issue 15): Python (openapi-python-client) and TypeScript
+# (openapi-typescript + openapi-fetch, type-checked by `tsc --noEmit`), generated
+# from the committed openapi/baton.json into a temporary folder, each running the
+# flows of openapi/clients/ against a real node.
+test-clients: build
+	@.ci/setup python
+	@.ci/setup node
+	BATON_BIN=$(CARGO_TARGET_DIR)/debug/baton .venv/bin/pytest -q openapi/clients
 
 # Fuzzing from the spec (issue 16): schemathesis on the committed openapi/baton.json
 # against real nodes with auth on: every phase (stateful ones following the spec's
