@@ -19,6 +19,7 @@ pub mod openapi;
 pub mod request;
 pub mod respond;
 mod routes;
+mod spec_examples;
 mod spec_rules;
 mod state;
 pub mod watch;

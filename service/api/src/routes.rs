@@ -13,46 +13,76 @@ use crate::state::ApiState;
 use crate::{cluster, docs, elections, force_release, leases, locks, members, names, watch};
 
 async fn no_route(request: HttpRequest) -> Result<HttpResponse, ApiError> {
-    if let Some(allowed) = allowed_methods(request.path()) {
+    // The path as the router matched it (percent-decoded where actix decodes),
+    // not the raw one: `%3A` in a name is a `:` to the router.
+    let path = request.match_info().as_str().to_owned();
+    let method = request.method().clone();
+    if let Some(routed) = routed_methods(&path) {
+        if routed.names_colon {
+            if !routed.methods.contains(&method) {
+                return Err(ApiError::RouteNotFound(format!("{method} {path}")));
+            }
+            // A name with a `:` in it: the verb suffix cannot be told apart.
+            return Err(ApiError::Core(baton_core::CoreError::InvalidName {
+                reason: "a name may not contain ':'".into(),
+            }));
+        }
         return Err(ApiError::MethodNotAllowed {
-            method: request.method().to_string(),
-            allowed,
+            method: method.to_string(),
+            allowed: routed
+                .methods
+                .iter()
+                .map(Method::as_str)
+                .collect::<Vec<_>>()
+                .join(", "),
         });
     }
-    Err(ApiError::RouteNotFound(format!(
-        "{} {}",
-        request.method(),
-        request.path()
-    )))
+    Err(ApiError::RouteNotFound(format!("{method} {path}")))
+}
+
+/// What the route table says about a path no route matched.
+struct Routed {
+    /// The methods its pattern serves.
+    methods: Vec<Method>,
+    /// It matched only once its name was allowed to contain `:`.
+    names_colon: bool,
 }
 
 /// The methods a routed path serves (for 405 and `Allow`), read from the route
-/// table the router is built from, so the answer cannot disagree with it.
-fn allowed_methods(path: &str) -> Option<String> {
-    static TABLE: OnceLock<Vec<(ResourceDef, Vec<Method>)>> = OnceLock::new();
+/// table the router is built from, so the answer cannot disagree with it. A
+/// path that matches only when its name may contain `:` is reported as such.
+fn routed_methods(path: &str) -> Option<Routed> {
+    type Table = Vec<(ResourceDef, ResourceDef, Vec<Method>)>;
+    static TABLE: OnceLock<Table> = OnceLock::new();
     let table = TABLE.get_or_init(|| {
-        let mut table: Vec<(ResourceDef, Vec<Method>)> = Vec::new();
+        let mut table: Table = Vec::new();
         for entry in route_table() {
             let pattern = format!("{}{}", entry.scope, entry.pattern);
             match table
                 .iter_mut()
-                .find(|(def, _)| def.pattern() == Some(&pattern))
+                .find(|(def, _, _)| def.pattern() == Some(&pattern))
             {
-                Some((_, methods)) => methods.push(entry.method),
-                None => table.push((ResourceDef::new(pattern), vec![entry.method])),
+                Some((_, _, methods)) => methods.push(entry.method),
+                None => {
+                    let loose = ResourceDef::new(pattern.replace(NAME_SEGMENT, "{name:.+}"));
+                    table.push((ResourceDef::new(pattern), loose, vec![entry.method]));
+                }
             }
         }
         table
     });
+    if let Some((_, _, methods)) = table.iter().find(|(def, _, _)| def.is_match(path)) {
+        return Some(Routed {
+            methods: methods.clone(),
+            names_colon: false,
+        });
+    }
     table
         .iter()
-        .find(|(def, _)| def.is_match(path))
-        .map(|(_, methods)| {
-            methods
-                .iter()
-                .map(Method::as_str)
-                .collect::<Vec<_>>()
-                .join(", ")
+        .find(|(strict, loose, _)| strict.pattern() != loose.pattern() && loose.is_match(path))
+        .map(|(_, _, methods)| Routed {
+            methods: methods.clone(),
+            names_colon: true,
         })
 }
 

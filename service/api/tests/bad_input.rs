@@ -285,6 +285,36 @@ async fn malformed_requests_get_documented_errors() {
             405,
             "method_not_allowed",
         ),
+        // A `:` in a name, percent-encoded or not, is an invalid name, never a
+        // 405 that names the very method asked (schemathesis, issue 15).
+        (
+            "POST",
+            "/v1/locks/a%3Ab:validate".into(),
+            r#"{"token": 1}"#.into(),
+            400,
+            "invalid_name",
+        ),
+        (
+            "POST",
+            "/v1/locks/a:b:validate".into(),
+            r#"{"token": 1}"#.into(),
+            400,
+            "invalid_name",
+        ),
+        (
+            "GET",
+            "/v1/names/x:y".into(),
+            "".into(),
+            400,
+            "invalid_name",
+        ),
+        (
+            "POST",
+            "/v1/locks/x:bogus".into(),
+            "".into(),
+            404,
+            "route_not_found",
+        ),
     ];
     for (method, uri, body, status, code) in cases {
         let reply = send(&app, raw(method, &uri, &body)).await;

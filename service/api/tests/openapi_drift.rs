@@ -123,3 +123,28 @@ fn problem_bodies_have_only_documented_fields() {
         }
     }
 }
+
+#[test]
+fn every_success_answer_with_a_body_has_an_example_of_its_schema() {
+    let spec: serde_json::Value = serde_json::from_str(&baton_api::openapi_json()).unwrap();
+    let mut missing = Vec::new();
+    for (path, item) in spec["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            for (status, response) in operation["responses"].as_object().unwrap() {
+                let Some(content) = response["content"].as_object() else {
+                    continue;
+                };
+                for (media_type, body) in content {
+                    let page = media_type.starts_with("text/html") || path == "/openapi.json";
+                    if !page && body.get("example").is_none() {
+                        missing.push(format!("{method} {path} {status} {media_type}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "answers without an example: {missing:#?}"
+    );
+}

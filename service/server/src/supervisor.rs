@@ -167,8 +167,8 @@ impl Supervisor {
             refused = wait_refused(&mut alive_rx, &mut last_alive) => Err(Obtain::Failed(format!("the lease was lost while waiting: {refused}"))),
             _ = signals.any() => Err(Obtain::Interrupted),
         };
-        let token = match granted {
-            Ok(token) => token,
+        let (token, answer) = match granted {
+            Ok(granted) => granted,
             Err(failure) => {
                 checker.abort();
                 self.revoke(&lease.lease_id).await;
@@ -197,7 +197,7 @@ impl Supervisor {
         };
         let mut child = None;
         if self.args.command.is_empty() {
-            self.print_grant(&holding, output);
+            self.print_grant(&answer, output);
         } else {
             match self.spawn(&holding) {
                 Ok(spawned) => child = Some(spawned),
@@ -235,8 +235,9 @@ impl Supervisor {
         }
     }
 
-    /// Acquires (or campaigns), waiting as asked: the fencing token.
-    async fn obtain(&self, lease_id: &str) -> Result<u64, Obtain> {
+    /// Acquires (or campaigns), waiting as asked: the fencing token and the
+    /// server's answer.
+    async fn obtain(&self, lease_id: &str) -> Result<(u64, serde_json::Value), Obtain> {
         let deadline = self.args.wait_budget().map(|wait| Instant::now() + wait);
         let mut chunk = WAIT_CHUNK_MS;
         loop {
@@ -260,7 +261,7 @@ impl Supervisor {
                         },
                     )
                     .await
-                    .map(|grant| grant.token),
+                    .map(|grant| (grant.token, serde_json::to_value(grant).unwrap_or_default())),
                 Target::Election => self
                     .client
                     .campaign(
@@ -274,10 +275,15 @@ impl Supervisor {
                         },
                     )
                     .await
-                    .map(|elected| elected.token),
+                    .map(|elected| {
+                        (
+                            elected.token,
+                            serde_json::to_value(elected).unwrap_or_default(),
+                        )
+                    }),
             };
             match answer {
-                Ok(token) => return Ok(token),
+                Ok(granted) => return Ok(granted),
                 Err(error) if matches!(error.code(), Some("lock_held" | "not_elected")) => {
                     let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
                     if out_of_time {
@@ -400,30 +406,31 @@ impl Supervisor {
         Ok(Running { child, group })
     }
 
-    fn print_grant(&self, holding: &Holding, output: Output) {
-        let grant = serde_json::json!({
-            "name": self.args.name,
-            "token": holding.token,
-            "lease_id": holding.lease_id,
-            "holder": self.holder,
-            "ttl_ms": self.args.ttl_ms,
-        });
-        match output {
-            Output::Json => println!("{grant}"),
-            Output::Table => {
+    /// Prints the server's answer to the acquire (or campaign).
+    fn print_grant(&self, answer: &serde_json::Value, output: Output) {
+        use std::io::Write;
+        let text = |key: &str| match &answer[key] {
+            serde_json::Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        match (output, self.target) {
+            (Output::Json, _) => println!("{answer}"),
+            (Output::Table, Target::Lock) => {
                 let mut table =
-                    crate::table::Table::new(&["NAME", "TOKEN", "LEASE", "HOLDER", "TTL_MS"]);
-                table.row(vec![
-                    self.args.name.clone(),
-                    holding.token.to_string(),
-                    holding.lease_id.clone(),
-                    self.holder.clone(),
-                    self.args.ttl_ms.to_string(),
-                ]);
+                    crate::table::Table::new(&["NAME", "TOKEN", "LEASE", "HOLDER", "REVISION"]);
+                table.row(
+                    ["name", "token", "lease_id", "holder", "revision"]
+                        .map(text)
+                        .to_vec(),
+                );
+                print!("{table}");
+            }
+            (Output::Table, Target::Election) => {
+                let mut table = crate::table::Table::new(&["NAME", "TOKEN", "LEASE", "VALUE"]);
+                table.row(["name", "token", "lease_id", "value"].map(text).to_vec());
                 print!("{table}");
             }
         }
-        use std::io::Write;
         let _ = std::io::stdout().flush();
     }
 
