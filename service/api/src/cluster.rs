@@ -163,6 +163,11 @@ pub async fn metrics(state: web::Data<ApiState>) -> HttpResponse {
             "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"
         ));
     }
+    let internal = crate::error::INTERNAL_ERRORS.load(std::sync::atomic::Ordering::Relaxed);
+    text.push_str(&format!(
+        "# HELP baton_internal_errors_total Answers of 500 internal (a bug in Baton) since this process started.\n\
+         # TYPE baton_internal_errors_total counter\nbaton_internal_errors_total {internal}\n"
+    ));
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(text)

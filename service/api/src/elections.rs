@@ -120,7 +120,7 @@ pub struct ElectionInfo {
 
 /// Values are stored as compact JSON text; they were valid JSON when stored.
 fn json_value(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or(Value::Null)
+    baton_raft::stored_value(text)
 }
 
 fn elected_answer(grant: Grant, value: &str, replayed: bool) -> HttpResponse {

@@ -1,6 +1,7 @@
 //! The one place where errors become HTTP: every refusal is an RFC 9457
 //! `application/problem+json` body with a stable `code`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use actix_web::http::header::{self, HeaderValue};
@@ -60,6 +61,9 @@ pub struct Problem {
     pub oldest_revision: Option<u64>,
 }
 
+/// Answers of 500 `internal` since this process started (`/metrics`).
+pub static INTERNAL_ERRORS: AtomicU64 = AtomicU64::new(0);
+
 /// Every way an API request can fail.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -113,6 +117,11 @@ pub enum ApiError {
         /// The methods the path serves (the `Allow` header).
         allowed: String,
     },
+    /// An answer that cannot happen: a bug in Baton, not an outage. Logged and
+    /// counted (`baton_internal_errors_total`); no `Retry-After`, since
+    /// retrying a bug does not help.
+    #[error("internal error: {0}")]
+    Internal(String),
     /// A refusal by the state machine.
     #[error(transparent)]
     Core(#[from] CoreError),
@@ -167,6 +176,11 @@ impl ApiError {
                 map(StatusCode::BAD_REQUEST, "invalid_wait", "Invalid wait")
             }
             ApiError::NoLeader => map(StatusCode::NOT_FOUND, "no_leader", "No leader"),
+            ApiError::Internal(_) => map(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal error",
+            ),
             ApiError::MethodNotAllowed { .. } => map(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "method_not_allowed",
@@ -247,6 +261,11 @@ impl ApiError {
                     StatusCode::GATEWAY_TIMEOUT,
                     "revision_not_reached",
                     "Revision not reached",
+                ),
+                RaftLayerError::Internal(_) => map(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "Internal error",
                 ),
                 RaftLayerError::MemberNotFound(_) => {
                     map(StatusCode::NOT_FOUND, "member_not_found", "No such member")
@@ -345,6 +364,10 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         let problem = self.problem();
+        if self.status_code() == StatusCode::INTERNAL_SERVER_ERROR {
+            INTERNAL_ERRORS.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(detail = %problem.detail, "answered 500 internal");
+        }
         let mut response = HttpResponse::build(self.status_code());
         response.insert_header((
             header::CONTENT_TYPE,
@@ -360,5 +383,34 @@ impl ResponseError for ApiError {
             response.insert_header((header::RETRY_AFTER, after.as_secs().max(1).to_string()));
         }
         response.body(serde_json::to_string(&problem).unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_impossible_reply_is_a_counted_500_that_invites_no_retry() {
+        for error in [
+            ApiError::Internal("a reply this request cannot have".into()),
+            ApiError::Raft(RaftLayerError::Internal(
+                "the leader answered a different call".into(),
+            )),
+        ] {
+            let before = INTERNAL_ERRORS.load(Ordering::Relaxed);
+            let response = error.error_response();
+            assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+            assert!(response.headers().get(header::RETRY_AFTER).is_none());
+            assert_eq!(error.code(), "internal");
+            assert!(INTERNAL_ERRORS.load(Ordering::Relaxed) > before);
+        }
+        // An outage still invites a retry.
+        let outage = ApiError::Raft(RaftLayerError::Overloaded { queued: 1 });
+        assert!(outage
+            .error_response()
+            .headers()
+            .get(header::RETRY_AFTER)
+            .is_some());
     }
 }

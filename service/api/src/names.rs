@@ -83,7 +83,7 @@ impl From<NameView> for NameInfo {
     fn from(view: NameView) -> Self {
         NameInfo {
             name: view.name,
-            value: serde_json::from_str(&view.value).unwrap_or(Value::Null),
+            value: baton_raft::stored_value(&view.value),
             holder: view.holder,
             token: view.token,
             since_revision: view.since_revision,
@@ -142,7 +142,7 @@ pub async fn register(
     let token = grant.token;
     let body = Registered {
         name: grant.name,
-        value: serde_json::from_str(&value).unwrap_or(Value::Null),
+        value: baton_raft::stored_value(&value),
         token,
         lease_id: grant.lease_id.to_string(),
         revision: done.revision,

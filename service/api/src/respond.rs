@@ -110,10 +110,7 @@ pub async fn propose(
 /// The reply did not have the shape this endpoint expects: a bug, never input.
 pub fn unexpected(reply: &Reply) -> ApiError {
     tracing::error!(?reply, "unexpected reply");
-    ApiError::Raft(baton_raft::RaftLayerError::Unavailable {
-        reason: "unexpected reply from the state machine".into(),
-        retry_after: std::time::Duration::from_secs(1),
-    })
+    ApiError::Internal("the state machine gave a reply this request cannot have".into())
 }
 
 /// The lease a new holding hangs on: the caller's, or one created for this holding

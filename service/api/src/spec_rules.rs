@@ -164,6 +164,12 @@ fn operation_rules(operation: &mut Value) {
             "unavailable (no leader or quorum) or overloaded (the write queue is full; nothing was applied): retry after Retry-After",
             ApiError::Raft(RaftLayerError::Overloaded { queued: 8192 }),
         );
+        ensure(
+            responses,
+            "500",
+            "internal: a bug in Baton, never an outage (logged, counted in baton_internal_errors_total); no Retry-After: retrying does not help",
+            ApiError::Internal("the state machine gave a reply this request cannot have".into()),
+        );
         for status in ["429", "503"] {
             if let Some(response) = responses.get_mut(status) {
                 let required = status == "503";

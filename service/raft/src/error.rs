@@ -16,6 +16,9 @@ pub enum RaftLayerError {
         /// The leader's client API address, if known.
         leader_api: Option<String>,
     },
+    /// An answer that cannot happen (a bug, not an outage): never retried.
+    #[error("internal error: {0}")]
+    Internal(String),
     /// No quorum, shutting down, or storage failure: retry later.
     #[error("unavailable: {reason}")]
     Unavailable {

@@ -36,7 +36,7 @@ pub use peer_server::{peer_routes, secret_matches};
 pub use proposer::{wall_clock_ms, InFlight, Proposer};
 pub use waiters::{WaitEnd, WaiterRegistry};
 pub use waiting::{QueueKind, Waited};
-pub use watch_event::{sse_frame, WatchEvent, WatchKind};
+pub use watch_event::{sse_frame, stored_value, WatchEvent, WatchKind};
 pub use watch_hub::{
     Step, StreamEnd, Subscription, WatchConfig, WatchError, WatchFilter, WatchHub,
 };

@@ -29,14 +29,15 @@ pub struct HttpNetwork {
 /// The HTTP client every peer call shares: keep-alive connections, no Nagle,
 /// and a connect timeout well under the election timeout so an unreachable peer
 /// is reported in time for the next heartbeat.
-pub fn peer_http_client(connect_timeout: Duration) -> reqwest::Client {
+/// A client that cannot be built is an error, never a default client: that
+/// would drop the connect timeout the elections rely on.
+pub fn peer_http_client(connect_timeout: Duration) -> reqwest::Result<reqwest::Client> {
     reqwest::Client::builder()
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(64)
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
         .build()
-        .unwrap_or_default()
 }
 
 impl HttpNetwork {

@@ -328,5 +328,5 @@ impl Node {
 
 fn unexpected(answer: &LeaderAnswer) -> RaftLayerError {
     tracing::error!(?answer, "the leader answered a different call");
-    RaftLayerError::unavailable("unexpected answer from the leader")
+    RaftLayerError::Internal("the leader answered a different call".into())
 }

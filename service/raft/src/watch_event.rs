@@ -95,7 +95,17 @@ fn ended(reason: EndReason) -> &'static str {
 
 /// Values are stored as compact JSON text; they were valid JSON when stored.
 fn value(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or(Value::Null)
+    stored_value(text)
+}
+
+/// A value as stored (JSON text, checked on the way in). Text that no longer
+/// parses is a damaged state: it is logged and shown as the raw text in a JSON
+/// string, never silently as `null`.
+pub fn stored_value(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|error| {
+        tracing::error!(%error, "a stored value is not JSON");
+        Value::String(text.to_owned())
+    })
 }
 
 /// Encodes one SSE frame. `data` is compact JSON, so it holds no newline.
@@ -250,6 +260,13 @@ impl WatchEvent {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_damaged_stored_value_is_shown_as_its_text_not_as_null() {
+        assert_eq!(stored_value("{\"a\":1}"), serde_json::json!({"a": 1}));
+        assert_eq!(stored_value("{\"a\":"), Value::String("{\"a\":".into()));
+    }
+
     use super::*;
     use baton_core::{Grant, LeaseId, WaiterId};
 

@@ -72,6 +72,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             "no --cluster-secret: anyone who reaches the raft listener can act as a peer"
         );
     }
+    if args.unsafe_no_fsync {
+        tracing::warn!("--unsafe-no-fsync: the log skips its write-ahead log, so a crash loses acknowledged writes; for the fault harness's negative control only");
+    }
     let node = Node::start(config).await.context("starting the node")?;
     let peer_node = node.clone();
     let peers = HttpServer::new(move || App::new().configure(peer_routes(peer_node.clone())))
@@ -124,7 +127,7 @@ fn workers(args: &ServeArgs) -> usize {
 }
 
 async fn serve_proxy(args: &ServeArgs, targets: &str) -> anyhow::Result<()> {
-    let proxy = Proxy::new(targets);
+    let proxy = Proxy::new(targets).context("building the proxy's HTTP client")?;
     tokio::spawn(proxy.clone().discover(Duration::from_secs(2)));
     let data = web::Data::from(proxy);
     let server = HttpServer::new(move || {

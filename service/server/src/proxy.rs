@@ -54,7 +54,7 @@ struct MemberView {
 
 impl Proxy {
     /// A proxy for the comma-separated cluster URLs in `targets`.
-    pub fn new(targets: &str) -> Arc<Proxy> {
+    pub fn new(targets: &str) -> reqwest::Result<Arc<Proxy>> {
         let seeds: Vec<String> = targets
             .split(',')
             .map(|url| url.trim().trim_end_matches('/').to_owned())
@@ -64,13 +64,12 @@ impl Proxy {
             .connect_timeout(Duration::from_secs(1))
             .pool_idle_timeout(Duration::from_secs(90))
             .tcp_nodelay(true)
-            .build()
-            .unwrap_or_default();
-        Arc::new(Proxy {
+            .build()?;
+        Ok(Arc::new(Proxy {
             client,
             order: RwLock::new(seeds.clone()),
             seeds,
-        })
+        }))
     }
 
     /// Where to send the next request, best first.
