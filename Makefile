@@ -28,7 +28,7 @@ cluster: build
 release: setup
 	$(CARGO) build --release --workspace
 
-test: setup test-rust test-openapi test-image test-chart test-ui test-clients test-cli test-fuzz test-loadtest test-chaos
+test: setup test-rust test-openapi test-image test-chart test-ui test-clients test-cli test-fuzz test-loadtest test-overload test-chaos
 
 test-rust:
 	$(CARGO) nextest run --workspace --no-fail-fast
@@ -144,7 +144,7 @@ test-chaos: build
 # and one Baton (fsync on, loopback, free ports, temporary data), runs the shared
 # scenarios against each in alternation and writes BENCHMARKS.md (raw reports and
 # charts in loadtest/results/). BENCH_ARGS adds options, e.g. BENCH_ARGS="--rounds 3".
-.PHONY: bench bench-memory bench-cluster test-loadtest
+.PHONY: bench bench-memory bench-cluster test-loadtest test-overload
 BENCH_ARGS ?=
 bench: build
 	@.ci/setup etcd
@@ -163,6 +163,12 @@ bench-cluster: build
 	@.ci/setup etcd
 	$(CARGO_TARGET_DIR)/debug/baton-loadtest cluster --baton-bin $(CARGO_TARGET_DIR)/debug/baton \
 		--etcd-bin $$(command -v etcd) --out BENCHMARKS.md --results-dir loadtest/results $(BENCH_ARGS)
+
+# Issue 16's admission promises under an open-loop load at twice a node's
+# capacity (bounded latency, flat memory, nothing refused applied, recovery).
+# Structural checks, not speed: the bounds are the propose timeout and growth.
+test-overload: build
+	$(CARGO_TARGET_DIR)/debug/baton-loadtest overload --baton-bin $(CARGO_TARGET_DIR)/debug/baton
 
 # A few seconds of every load-test scenario against a fresh Baton and a fresh etcd:
 # checks the tool works end to end and its reports are well-formed (not a speed test).

@@ -136,6 +136,9 @@ def resolve_env(container: dict[str, Any], *, pod: str, namespace: str,
                 try:
                     env[name] = secrets[ref["name"]][ref["key"]]
                 except KeyError as missing:
+                    if ref.get("optional"):
+                        continue  # Kubernetes leaves the variable unset
+
                     raise ValueError(f"env {name}: Secret {ref['name']} key {ref['key']} not rendered") from missing
             else:
                 raise ValueError(f"env {name}: {sorted(source)} is not emulated")

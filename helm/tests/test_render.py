@@ -167,6 +167,16 @@ def test_created_cluster_secret_is_referenced_and_kept(chart):
     assert again["data"][ref["key"]] != secret["data"][ref["key"]]
 
 
+def test_a_second_accepted_secret_is_optional_and_from_the_same_secret(chart):
+    docs = render(chart)
+    voter_env = env(voter(docs))
+    sent = voter_env["BATON_CLUSTER_SECRET"]["valueFrom"]["secretKeyRef"]
+    accepted = voter_env["BATON_ACCEPT_CLUSTER_SECRET"]["valueFrom"]["secretKeyRef"]
+    assert accepted == {"name": sent["name"], "key": "also-accept", "optional": True}
+    # Offline renders find no Secret to carry a rotation over from: one key only.
+    assert list(find(docs, "Secret", sent["name"])["data"]) == [sent["key"]]
+
+
 def test_existing_cluster_secret(chart):
     docs = render(chart, {"clusterSecret": {"existingSecret": "mine", "key": "token"}})
     assert not [d for d in docs if d["kind"] == "Secret"]
@@ -182,6 +192,7 @@ def test_no_auth_or_tls_unless_enabled(chart):
     docs = render(chart)
     c = voter(docs)
     assert security_flags(c) == []
+    assert "--insecure-plaintext-peers" in c["args"], "plaintext peers are acknowledged"
     assert {v["name"] for v in voter_pod(docs)["spec"]["volumes"]} == {"tmp"}
     assert all(u.startswith("http://") for u in [flag(c, "advertise-api"), flag(c, "advertise-raft")])
 
@@ -251,10 +262,12 @@ def test_tls_when_enabled(chart, client_ca):
     docs = render(chart, {"tls": {"enabled": True, "existingSecret": "baton-tls", "clientCaKey": client_ca},
                           "sidecarExample": {"enabled": True}})
     c = voter(docs)
-    expected = ["--tls-cert=/etc/baton/tls/tls.crt", "--tls-key=/etc/baton/tls/tls.key"]
+    expected = ["--tls-cert=/etc/baton/tls/tls.crt", "--tls-key=/etc/baton/tls/tls.key",
+                "--tls-peer-ca=/etc/baton/tls/ca.crt"]
     if client_ca:
         expected.append("--tls-client-ca=/etc/baton/tls/ca.crt")
     assert security_flags(c) == expected
+    assert "--insecure-plaintext-peers" not in c["args"]
     assert {"name": "tls", "mountPath": "/etc/baton/tls", "readOnly": True} in c["volumeMounts"]
     volume = next(v for v in voter_pod(docs)["spec"]["volumes"] if v["name"] == "tls")
     assert volume["secret"]["secretName"] == "baton-tls"
@@ -262,8 +275,14 @@ def test_tls_when_enabled(chart, client_ca):
     assert all(p.split("=", 1)[1].startswith("https://") for p in flag(c, "peers").split(","))
     assert flag(c, "advertise-api").startswith("https://")
     assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
-    proxy = find(docs, "Deployment")["spec"]["template"]["spec"]["initContainers"][0]
+    example = find(docs, "Deployment")["spec"]["template"]["spec"]
+    proxy = example["initContainers"][0]
     assert all(u.startswith("https://") for u in flag(proxy, "proxy").split(","))
+    # The proxy verifies the voters against their CA, mounted from the TLS Secret.
+    assert flag(proxy, "tls-peer-ca") == "/etc/baton/ca/ca.crt"
+    assert {"name": "baton-ca", "mountPath": "/etc/baton/ca", "readOnly": True} in proxy["volumeMounts"]
+    (ca,) = example["volumes"]
+    assert ca["secret"] == {"secretName": "baton-tls", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
     test_pod = find(docs, "Pod")
     assert "--cacert /etc/baton/tls/ca.crt" in test_pod["spec"]["containers"][0]["command"][2]
 

@@ -18,7 +18,7 @@ procs = {}
 def start(i):
     procs[i] = subprocess.Popen([B, "serve", "--node-id", str(i), "--listen", f"127.0.0.1:{api[i]}",
         "--raft-listen", f"127.0.0.1:{raft[i]}", "--data-dir", f"{D}/n{i}", "--peers", peers,
-        "--cluster-secret", "s", "--snapshot-every", "2000", "--max-holdings-per-lease", str(PER)],
+        "--cluster-secret", "s", "--insecure-plaintext-peers", "--snapshot-every", "2000", "--max-holdings-per-lease", str(PER)],
         stdout=subprocess.DEVNULL, stderr=open(f"{D}/log{i}", "a"), env={**os.environ, "BATON_LOG": "warn"})
 def req(port, method, path, body=None, conn=None):
     c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=30)

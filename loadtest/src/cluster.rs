@@ -212,6 +212,8 @@ fn start_baton(args: &ClusterArgs, dir: &std::path::Path) -> anyhow::Result<Vec<
                 peers.clone(),
                 "--cluster-secret".to_owned(),
                 args.cluster_secret.clone(),
+                // Loopback only, and etcd runs without TLS too.
+                "--insecure-plaintext-peers".to_owned(),
             ];
             Server::baton_with(
                 &args.baton_bin,

@@ -10,6 +10,8 @@
 //!   of that state after `kill -9`.
 //! - `smoke`: a few seconds of every scenario against both, checking the reports are
 //!   well-formed (`make test-loadtest`).
+//! - `overload`: an open-loop load at twice a node's capacity, checking what
+//!   admission control promises (`make test-overload`).
 
 mod baton;
 mod bench;
@@ -21,6 +23,7 @@ mod etcd;
 mod machine;
 mod markdown;
 mod memory;
+mod overload;
 mod probe;
 mod process;
 mod recorder;
@@ -52,6 +55,9 @@ enum Command {
     Memory(memory::MemoryArgs),
     /// Short end-to-end check of every scenario against both targets.
     Smoke(smoke::SmokeArgs),
+    /// Open-loop load at twice a node's capacity: bounded latency, flat memory,
+    /// nothing refused applied, recovery at once.
+    Overload(overload::OverloadArgs),
     /// Describe this machine and time synced 4 KiB appends in a directory.
     Machine {
         /// Directory to time fsyncs in.
@@ -71,6 +77,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Cluster(args) => cluster::cluster(args).await,
         Command::Memory(args) => memory::memory(args).await,
         Command::Smoke(args) => smoke::smoke(args).await,
+        Command::Overload(args) => overload::overload(args).await,
         Command::Machine { dir, samples } => {
             let machine = machine::describe(&dir, samples);
             println!("{}", serde_json::to_string_pretty(&machine)?);

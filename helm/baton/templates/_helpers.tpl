@@ -115,6 +115,13 @@ clusterDomain: {{ .Values.clusterDomain | quote }}
 scheme: {{ include "baton.scheme" . | quote }}
 image: {{ include "baton.image" . | quote }}
 imagePullPolicy: {{ .Values.image.pullPolicy | quote }}
+{{- if .Values.tls.enabled }}
+caFile: /etc/baton/ca/ca.crt
+volumeMounts:
+  - name: baton-ca
+    mountPath: /etc/baton/ca
+    readOnly: true
+{{- end }}
 {{- end }}
 
 {{/* Checks of combinations the schema cannot express. */}}

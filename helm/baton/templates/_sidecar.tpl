@@ -36,6 +36,9 @@ Parameters (dict keys):
   replicas        number of voters (default 3)
   clusterDomain   default "cluster.local"
   scheme          "http" (default) or "https" (once the Baton release has tls.enabled)
+  caFile          with "https": path, inside the pod, of the CA of the voters'
+                  certificates (mount it yourself, e.g. from the TLS Secret's ca.crt);
+                  passed as --tls-peer-ca
   urls            list of voter client URLs; replaces the ones computed from the above
   image           default "ghcr.io/baton-dev/baton:0.1.0" (the chart's appVersion)
   imagePullPolicy default "IfNotPresent"
@@ -47,6 +50,7 @@ Parameters (dict keys):
   resources       container resources (default: requests 10m CPU / 32Mi, limit 128Mi)
   extraArgs       more `baton serve` flags (list of strings)
   extraEnv        more environment variables (list of EnvVar objects)
+  volumeMounts    volume mounts of the proxy container (e.g. the CA of caFile)
 
 Probes run `baton probe URL` in the container (exit 0 on a 2xx answer): the proxy
 listens on 127.0.0.1 only, which the kubelet's httpGet probes cannot reach.
@@ -83,11 +87,18 @@ listens on 127.0.0.1 only, which the kubelet's httpGet probes cannot reach.
     - serve
     - --proxy={{ join "," $urls }}
     - --listen=127.0.0.1:{{ $port }}
+    {{- with $p.caFile }}
+    - --tls-peer-ca={{ . }}
+    {{- end }}
     {{- range $p.extraArgs }}
     - {{ . | quote }}
     {{- end }}
   {{- with $p.extraEnv }}
   env:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $p.volumeMounts }}
+  volumeMounts:
     {{- toYaml . | nindent 4 }}
   {{- end }}
   startupProbe:

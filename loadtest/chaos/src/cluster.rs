@@ -239,6 +239,8 @@ impl Cluster {
             .arg(&dial)
             .arg("--cluster-secret")
             .arg(&cfg.secret)
+            // Loopback and network namespaces of the harness only.
+            .arg("--insecure-plaintext-peers")
             .arg("--heartbeat-ms")
             .arg(cfg.heartbeat_ms.to_string())
             .arg("--election-timeout-ms")

@@ -16,14 +16,33 @@ use actix_web::HttpRequest;
 /// A duplicate of the connection's socket, stored in the connection's data.
 pub struct PeerSocket(OwnedFd);
 
-/// `HttpServer::on_connect` hook: remembers each TCP connection's socket.
+/// The TLS stream type of an https listener.
+type TlsStream = actix_tls::accept::rustls_0_23::TlsStream<actix_web::rt::net::TcpStream>;
+
+/// `HttpServer::on_connect` hook: remembers each connection's TCP socket (under
+/// TLS too: the peer's FIN shows on the socket either way) and, over TLS, the
+/// client certificate the handshake verified.
 pub fn on_connect(connection: &dyn Any, data: &mut Extensions) {
-    if let Some(stream) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
-        if let Ok(fd) = stream.as_fd().try_clone_to_owned() {
-            data.insert(PeerSocket(fd));
+    let tcp = if let Some(stream) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
+        Some(stream)
+    } else if let Some(stream) = connection.downcast_ref::<TlsStream>() {
+        let (tcp, session) = stream.get_ref();
+        if let Some(leaf) = session.peer_certificates().and_then(|chain| chain.first()) {
+            data.insert(ClientCertificate(leaf.clone().into_owned()));
         }
+        Some(tcp)
+    } else {
+        None
+    };
+    if let Some(fd) = tcp.and_then(|stream| stream.as_fd().try_clone_to_owned().ok()) {
+        data.insert(PeerSocket(fd));
     }
 }
+
+/// The certificate a client presented in the TLS handshake (already verified
+/// against `--tls-client-ca`), stored in the connection's data.
+#[derive(Clone, Debug)]
+pub struct ClientCertificate(pub rustls::pki_types::CertificateDer<'static>);
 
 /// Resolves when the request's client has closed its connection; never resolves
 /// when that cannot be known (no socket recorded, e.g. in-process tests).

@@ -59,6 +59,11 @@ pub struct Problem {
     /// The oldest revision a watch can still resume from (`revision_compacted`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oldest_revision: Option<u64>,
+    /// The cap that was reached (`quota_exceeded`): leases, holdings, waiters or
+    /// idempotency keys per principal, leases in the cluster, watch streams, or
+    /// requests per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
 }
 
 /// Answers of 500 `internal` since this process started (`/metrics`).
@@ -116,6 +121,14 @@ pub enum ApiError {
         method: String,
         /// The methods the path serves (the `Allow` header).
         allowed: String,
+    },
+    /// The caller's request-rate bucket on this node is empty.
+    #[error("quota exceeded: at most {per_second} requests a second (with a burst allowance) on this node")]
+    RateLimited {
+        /// The rate.
+        per_second: u32,
+        /// When the next request will pass.
+        retry_after: Duration,
     },
     /// An answer that cannot happen: a bug in Baton, not an outage. Logged and
     /// counted (`baton_internal_errors_total`); no `Retry-After`, since
@@ -176,6 +189,11 @@ impl ApiError {
                 map(StatusCode::BAD_REQUEST, "invalid_wait", "Invalid wait")
             }
             ApiError::NoLeader => map(StatusCode::NOT_FOUND, "no_leader", "No leader"),
+            ApiError::RateLimited { .. } => map(
+                StatusCode::TOO_MANY_REQUESTS,
+                "quota_exceeded",
+                "Quota exceeded",
+            ),
             ApiError::Internal(_) => map(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -234,7 +252,7 @@ impl ApiError {
                 C::NotOwner => map(StatusCode::CONFLICT, "not_owner", "Not the owner"),
                 C::NotFound => map(StatusCode::NOT_FOUND, "not_found", "Not found"),
                 C::WaiterNotFound => map(StatusCode::CONFLICT, "lock_held", "Wait ended"),
-                C::QuotaExceeded { .. } => map(
+                C::QuotaExceeded { .. } | C::QuotaReached { .. } => map(
                     StatusCode::TOO_MANY_REQUESTS,
                     "quota_exceeded",
                     "Quota exceeded",
@@ -335,6 +353,15 @@ impl ApiError {
                 problem.since = Some(*since);
                 problem.oldest_revision = Some(*oldest);
             }
+            ApiError::Core(CoreError::QuotaReached { limit, .. }) => {
+                problem.limit = Some(*limit);
+            }
+            ApiError::Watch(WatchError::TooManyWatchers { limit, .. }) => {
+                problem.limit = Some(*limit as u64);
+            }
+            ApiError::RateLimited { per_second, .. } => {
+                problem.limit = Some(u64::from(*per_second));
+            }
             _ => {}
         }
         problem
@@ -347,6 +374,10 @@ impl ApiError {
             | ApiError::Raft(RaftLayerError::Overloaded { .. })
             | ApiError::Core(CoreError::LeaseExists)
             | ApiError::Watch(WatchError::Closed) => Some(Duration::from_secs(1)),
+            // Whole seconds, rounded up: never an invitation to retry too early.
+            ApiError::RateLimited { retry_after, .. } => Some(Duration::from_secs(
+                retry_after.as_secs_f64().ceil().max(1.0) as u64,
+            )),
             _ => None,
         }
     }

@@ -16,6 +16,7 @@ pub mod locks;
 pub mod members;
 pub mod names;
 pub mod openapi;
+pub mod rate_limit;
 pub mod request;
 pub mod respond;
 mod routes;
@@ -24,7 +25,7 @@ mod spec_rules;
 mod state;
 pub mod watch;
 
-pub use disconnect::{client_gone, on_connect};
+pub use disconnect::{client_gone, on_connect, ClientCertificate};
 pub use openapi::{openapi_json, ApiDoc};
 pub use routes::{configure, route_table, RouteEntry};
 pub use state::{ApiSettings, ApiState};

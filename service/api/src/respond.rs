@@ -102,7 +102,7 @@ pub async fn propose(
 ) -> Result<Outcome, ApiError> {
     let request = Request {
         idempotency: idempotency_key(http, body)?,
-        command: crate::auth::Caller::of(http).command(command)?,
+        command: crate::auth::Caller::of(http).command(command, &state.settings.quota)?,
     };
     Ok(state.node.propose(request).await?)
 }
@@ -141,7 +141,7 @@ pub async fn propose_waiting(
     wait_ms: u64,
 ) -> Result<baton_raft::Waited, ApiError> {
     let request = Request {
-        command: crate::auth::Caller::of(http).command(request.command)?,
+        command: crate::auth::Caller::of(http).command(request.command, &state.settings.quota)?,
         ..request
     };
     let Some(waiter) = waiter else {

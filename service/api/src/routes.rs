@@ -7,6 +7,7 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::http::Method;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse, Route};
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::respond::REVISION_HEADER;
 use crate::state::ApiState;
@@ -198,6 +199,7 @@ fn register_routes(cfg: &mut web::ServiceConfig) {
 pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg: &mut web::ServiceConfig| {
         let revision_state = state.clone();
+        let admission_state = state.clone();
         let auth = state.auth.clone();
         cfg.app_data(web::Data::new(state))
             .app_data(web::QueryConfig::default().error_handler(query_error))
@@ -225,6 +227,10 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                             Some(auth) => auth.admit(request.request()),
                             None => Ok(None),
                         };
+                        let admitted = admitted.map_err(ApiError::from).and_then(|caller| {
+                            rate_limited(&admission_state, request.path(), caller.as_ref())
+                                .map(|()| caller)
+                        });
                         let call = match admitted {
                             Ok(caller) => {
                                 if let Some(caller) = caller {
@@ -232,7 +238,7 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                                 }
                                 Ok(service.call(request))
                             }
-                            Err(refusal) => Err(request.error_response(ApiError::from(refusal))),
+                            Err(refused) => Err(request.error_response(refused)),
                         };
                         async move {
                             match call {
@@ -245,4 +251,25 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                     .default_service(web::to(no_route)),
             );
     }
+}
+
+/// Takes a token from the caller's request-rate bucket for a `/v1` request
+/// (the principal's, or the node's single bucket with auth off): 429
+/// `quota_exceeded` with `Retry-After` when it is empty.
+fn rate_limited(state: &ApiState, path: &str, caller: Option<&Caller>) -> Result<(), ApiError> {
+    if !path.starts_with("/v1/") {
+        return Ok(());
+    }
+    let rate = match caller {
+        Some(caller) => caller.rate(state.settings.rate),
+        None => state.settings.rate,
+    };
+    let who = caller.and_then(Caller::name).unwrap_or("");
+    state
+        .rate_limiter
+        .take(who, rate, std::time::Instant::now())
+        .map_err(|retry_after| ApiError::RateLimited {
+            per_second: rate.per_second,
+            retry_after,
+        })
 }

@@ -277,8 +277,9 @@ pub(crate) fn problem(code: &str) -> Option<ApiError> {
         }),
         ApiError::Core(CoreError::NotOwner),
         ApiError::Core(CoreError::TokenMismatch { current_token: 57 }),
-        ApiError::Core(CoreError::QuotaExceeded {
-            what: "watch streams per client (10000)".into(),
+        ApiError::Core(CoreError::QuotaReached {
+            what: "a principal owns at most 100000 leases".into(),
+            limit: 100_000,
         }),
         ApiError::Raft(RaftLayerError::Unavailable {
             reason: "the node is shutting down".into(),

@@ -153,9 +153,10 @@ fn operation_rules(operation: &mut Value) {
         ensure(
             responses,
             "429",
-            "quota_exceeded: a per-lease, per-lock or per-client limit (holdings on one lease, waiters on one lock, watch streams); Retry-After when waiting can help",
-            ApiError::Core(CoreError::QuotaExceeded {
-                what: "holdings per lease (10000)".into(),
+            "quota_exceeded: a cap was reached, named in detail and, for admission quotas, given in limit: leases, holdings, waiters or idempotency keys per principal, leases in the cluster, holdings on one lease, waiters on one lock, watch streams, or the request rate (then with Retry-After)",
+            ApiError::Core(CoreError::QuotaReached {
+                what: "a principal owns at most 100000 leases".into(),
+                limit: 100_000,
             }),
         );
         ensure(

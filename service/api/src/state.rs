@@ -11,6 +11,12 @@ pub struct ApiSettings {
     pub default_ttl_ms: u64,
     /// Largest `wait_ms` accepted.
     pub max_wait_ms: u64,
+    /// Caps every write is judged by (a principal's auth-file entry may
+    /// override the per-principal ones).
+    pub quota: baton_core::Quota,
+    /// Requests per second each principal may send to this node (all requests
+    /// share one bucket with auth off); `per_second: 0` for no limit.
+    pub rate: crate::rate_limit::RateLimit,
 }
 
 impl Default for ApiSettings {
@@ -18,6 +24,8 @@ impl Default for ApiSettings {
         ApiSettings {
             default_ttl_ms: 15_000,
             max_wait_ms: 300_000,
+            quota: baton_core::Quota::default(),
+            rate: crate::rate_limit::RateLimit::UNLIMITED,
         }
     }
 }
@@ -31,4 +39,6 @@ pub struct ApiState {
     pub settings: ApiSettings,
     /// The auth file in force; `None` when auth is off.
     pub auth: Option<Arc<crate::auth::Authenticator>>,
+    /// The request-rate buckets of this node (shared by every worker).
+    pub rate_limiter: Arc<crate::rate_limit::RateLimiter>,
 }

@@ -6,10 +6,12 @@
 //! `event: bookmark` frame (`id:` = every change up to it was sent) when it
 //! starts and at least every bookmark interval, and, when it cannot go on, a
 //! final `event: resync` frame (`id:` = where to resume, `data.reason` =
-//! `lagged`, `compacted`, `snapshot` or `shutdown`) before it closes.
+//! `lagged`, `compacted`, `snapshot`, `shutdown` or `unauthorized`) before it
+//! closes.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::header;
@@ -20,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::IntoParams;
 
-use crate::auth::{Caller, Kind};
+use crate::auth::{AuthPolicy, Caller, Kind};
 use crate::error::{ApiError, Problem};
 use crate::request::checked_name;
 use crate::respond::REVISION_HEADER;
@@ -139,7 +141,9 @@ fn bookmark_interval(state: &ApiState, asked_ms: Option<u64>) -> Result<Duration
 /// cannot go on: `lagged` (the client read too slowly: resume with
 /// `since=<id>`), `compacted` or `snapshot` (history is gone: re-list, then
 /// watch from the listed `Baton-Revision`), `shutdown` (the server stops:
-/// resume elsewhere or later).
+/// resume elsewhere or later), `unauthorized` (the auth file was reloaded and
+/// the stream's token was revoked or its rights changed: reconnect with a valid
+/// token, resuming with `since=<id>`).
 #[utoipa::path(get, operation_id = "watch", path = "/v1/watch", tag = "watch",
     params(WatchQuery,
         ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this revision (takes precedence over `since`)")),
@@ -219,10 +223,15 @@ fn open(
     let start = subscription.cursor();
     let mut bookmarks = tokio::time::interval(interval);
     bookmarks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let revocation = state.auth.as_ref().map(|auth| Revocation {
+        caller: Caller::of(request),
+        policies: auth.subscribe(),
+    });
     let stream = EventStream {
         subscription,
         pending: VecDeque::new(),
         bookmarks,
+        revocation,
         ended: false,
     };
     Ok(HttpResponse::Ok()
@@ -241,7 +250,41 @@ struct EventStream {
     /// share the hub's bytes.
     pending: VecDeque<Bytes>,
     bookmarks: tokio::time::Interval,
+    /// With auth on: who opened the stream, and the reloads to judge them by.
+    revocation: Option<Revocation>,
     ended: bool,
+}
+
+/// A stream's caller and the auth file's reloads: a reload that revokes the
+/// caller's token or changes its rights ends the stream (`resync`, reason
+/// `unauthorized`), since its filter was fixed when it opened.
+struct Revocation {
+    caller: Caller,
+    policies: tokio::sync::watch::Receiver<(Arc<AuthPolicy>, Vec<u8>)>,
+}
+
+impl Revocation {
+    /// Whether the policy now in force still grants what the stream was opened
+    /// with (marks the current policy seen).
+    fn still_valid(&mut self) -> bool {
+        let policy = self.policies.borrow_and_update().0.clone();
+        self.caller.still_valid_under(&policy)
+    }
+
+    /// Waits for the next reload; never returns once the authenticator is gone.
+    async fn reloaded(&mut self) {
+        if self.policies.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Waits for the next auth reload of `revocation`; forever without auth.
+async fn reloaded(revocation: Option<&mut Revocation>) {
+    match revocation {
+        Some(revocation) => revocation.reloaded().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl EventStream {
@@ -252,6 +295,14 @@ impl EventStream {
             }
             if self.ended {
                 return None;
+            }
+            let revoked = self
+                .revocation
+                .as_mut()
+                .is_some_and(|revocation| !revocation.still_valid());
+            if revoked {
+                self.end("unauthorized");
+                continue;
             }
             match self.subscription.next_step(BATCH) {
                 Step::Events(events) => {
@@ -265,6 +316,7 @@ impl EventStream {
                 Step::CaughtUp => {
                     tokio::select! {
                         _ = self.subscription.changed() => {}
+                        _ = reloaded(self.revocation.as_mut()) => {}
                         _ = self.bookmarks.tick() => {
                             let revision = self.subscription.cursor();
                             self.pending.push_back(sse_frame(
@@ -275,16 +327,19 @@ impl EventStream {
                         }
                     }
                 }
-                Step::End(reason) => {
-                    let revision = self.subscription.cursor();
-                    self.pending.push_back(sse_frame(
-                        revision,
-                        "resync",
-                        &json!({"revision": revision, "reason": reason.as_str()}),
-                    ));
-                    self.ended = true;
-                }
+                Step::End(reason) => self.end(reason.as_str()),
             }
         }
+    }
+
+    /// Queues the final `resync` frame (resume after the cursor) and ends.
+    fn end(&mut self, reason: &str) {
+        let revision = self.subscription.cursor();
+        self.pending.push_back(sse_frame(
+            revision,
+            "resync",
+            &json!({"revision": revision, "reason": reason}),
+        ));
+        self.ended = true;
     }
 }

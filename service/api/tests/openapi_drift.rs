@@ -101,6 +101,14 @@ fn problem_bodies_have_only_documented_fields() {
             token: Some(3),
         }),
         ApiError::Core(CoreError::TokenMismatch { current_token: 4 }),
+        ApiError::Core(CoreError::QuotaReached {
+            what: "a principal owns at most 2 leases".into(),
+            limit: 2,
+        }),
+        ApiError::RateLimited {
+            per_second: 5,
+            retry_after: std::time::Duration::from_millis(200),
+        },
         ApiError::Raft(baton_raft::RaftLayerError::RevisionNotReached {
             wanted: 10,
             applied: 8,

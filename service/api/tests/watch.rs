@@ -690,3 +690,71 @@ async fn a_principal_watches_only_names_under_its_watch_prefixes() {
     );
     assert!(admin_saw.iter().any(|e| e.starts_with("lease.created")));
 }
+
+#[actix_web::test]
+async fn a_reload_that_revokes_a_token_ends_its_streams_and_only_those() {
+    use support::{app_with_auth, auth_file, bearer, send, ADMIN_TOKEN, BILLING_TOKEN};
+    let node = start_node().await;
+    let (app, auth, path) = app_with_auth(&node, &auth_file()).await;
+    let stream = |token: &str| open(&app, bearer(TestRequest::get().uri("/v1/watch"), token));
+    let mut billing = stream(BILLING_TOKEN)
+        .await
+        .unwrap_or_else(|r| panic!("{} {:?}", r.status, r.body));
+    let mut admin = stream(ADMIN_TOKEN)
+        .await
+        .unwrap_or_else(|r| panic!("{} {:?}", r.status, r.body));
+    let acquire = |name: &str| {
+        bearer(
+            TestRequest::post().uri(&format!("/v1/locks/{name}:acquire")),
+            ADMIN_TOKEN,
+        )
+    };
+
+    // A reload that leaves billing's token and rights alone keeps its stream.
+    let widened = auth_file().replace("locks: [\"payroll/\",", "locks: [\"payroll/\", \"extra/\",");
+    assert_ne!(widened, auth_file());
+    std::fs::write(&path, &widened).unwrap();
+    assert!(auth.reload().unwrap());
+    let granted = send(&app, acquire("billing/one")).await;
+    assert_eq!(granted.status, 200, "{:?}", granted.body);
+    let token = granted.body["token"].as_u64().unwrap();
+    let event = billing
+        .next_change()
+        .await
+        .expect("billing's stream goes on");
+    assert_eq!(
+        (event.event.as_str(), event.id),
+        ("lock.acquired", token),
+        "{event:?}"
+    );
+
+    // Billing's token is revoked: its stream ends with resync/unauthorized,
+    // resumable after what it was sent; the admin's stream goes on.
+    let revoked = widened.replace(
+        &baton_api::auth::hash_token(BILLING_TOKEN),
+        &baton_api::auth::hash_token("a-new-billing-token-0123456789"),
+    );
+    assert_ne!(revoked, widened);
+    std::fs::write(&path, &revoked).unwrap();
+    assert!(auth.reload().unwrap());
+    let last = billing.next_change().await.expect("a final resync");
+    assert_eq!(
+        (last.event.as_str(), last.data["reason"].as_str()),
+        ("resync", Some("unauthorized")),
+        "{last:?}"
+    );
+    assert!(last.id >= token);
+    assert!(billing.next().await.is_none(), "the stream is closed");
+    let refused = stream(BILLING_TOKEN).await.err().unwrap();
+    assert_eq!((refused.status, refused.code()), (401, "unauthenticated"));
+
+    let granted = send(&app, acquire("billing/two")).await;
+    assert_eq!(granted.status, 200, "{:?}", granted.body);
+    let token = granted.body["token"].as_u64().unwrap();
+    let seen = admin.changes_until(token).await;
+    assert!(
+        seen.iter()
+            .any(|e| e.event == "lock.acquired" && e.data["name"] == "billing/two"),
+        "{seen:?}"
+    );
+}

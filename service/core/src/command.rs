@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{LeaseId, WaiterId};
 use crate::limits::Limits;
+use crate::quota::Quota;
 
 /// One Raft log entry's worth of work: many client requests sharing one fsync.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -213,6 +214,18 @@ pub enum Command {
         /// When set, only if this is the current holder's token.
         expected_token: Option<u64>,
     },
+    /// A command admitted under quotas: by `principal` (as [`Command::AsPrincipal`]
+    /// when set; `None` with auth off), refused if it would exceed `quota`. What
+    /// nodes send since quotas exist; added last so that older logs decode
+    /// unchanged.
+    Within {
+        /// The principal's name from the auth file; `None` with auth off.
+        principal: Option<String>,
+        /// The caps it is judged against.
+        quota: Quota,
+        /// What it asks for (never another wrapper).
+        command: Box<Command>,
+    },
 }
 
 impl Command {
@@ -228,7 +241,9 @@ impl Command {
                 LeaseRef::New { lease_id, ttl_ms } => Some((*lease_id, *ttl_ms)),
                 LeaseRef::Existing(_) => None,
             },
-            Command::AsPrincipal { command, .. } => command.created_lease(),
+            Command::AsPrincipal { command, .. } | Command::Within { command, .. } => {
+                command.created_lease()
+            }
             _ => None,
         }
     }
@@ -248,8 +263,51 @@ impl Command {
                 LeaseRef::Existing(id) => Some(*id),
                 LeaseRef::New { .. } => None,
             },
-            Command::AsPrincipal { command, .. } => command.presented_lease(),
+            Command::AsPrincipal { command, .. } | Command::Within { command, .. } => {
+                command.presented_lease()
+            }
             _ => None,
+        }
+    }
+
+    /// Whether this command adds a holding (a held lock, a leadership or a
+    /// name), and whether it may queue instead: `(holds, may_wait)`.
+    pub fn adds_holding(&self) -> (bool, bool) {
+        match self {
+            Command::Acquire { waiter, .. } | Command::Campaign { waiter, .. } => {
+                (true, waiter.is_some())
+            }
+            Command::Register { .. } => (true, false),
+            Command::AsPrincipal { command, .. } | Command::Within { command, .. } => {
+                command.adds_holding()
+            }
+            _ => (false, false),
+        }
+    }
+
+    /// Whether this command wraps another ([`Command::AsPrincipal`],
+    /// [`Command::Within`]).
+    pub fn is_wrapper(&self) -> bool {
+        matches!(self, Command::AsPrincipal { .. } | Command::Within { .. })
+    }
+
+    /// The principal and quota of a [`Command::Within`].
+    pub fn admission(&self) -> Option<(Option<&str>, &Quota)> {
+        match self {
+            Command::Within {
+                principal, quota, ..
+            } => Some((principal.as_deref(), quota)),
+            _ => None,
+        }
+    }
+
+    /// Wraps the command as admitted for `principal` (`None` with auth off)
+    /// under `quota`.
+    pub fn within(self, principal: Option<&str>, quota: Quota) -> Command {
+        Command::Within {
+            principal: principal.map(str::to_owned),
+            quota,
+            command: Box::new(self),
         }
     }
 

@@ -241,12 +241,11 @@ impl StateMachine {
                 Some(next.waiter),
                 events,
             );
-            if let Some(lease) = self.leases.get_mut(&next.lease_id) {
-                lease.replace(
-                    &Attachment::Candidacy(name.to_owned(), next.waiter),
-                    Attachment::Leader(name.to_owned()),
-                );
-            }
+            self.replace_attachment(
+                next.lease_id,
+                &Attachment::Candidacy(name.to_owned(), next.waiter),
+                Attachment::Leader(name.to_owned()),
+            );
             self.record_wait_end(next.idempotency, Ok(Reply::Elected { grant, value }));
         }
         if self.elections.get(name).is_some_and(|slot| slot.is_idle()) {

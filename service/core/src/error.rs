@@ -114,4 +114,13 @@ pub enum CoreError {
         /// The current holder's token.
         current_token: u64,
     },
+    /// An admission quota ([`crate::Quota`]) would be exceeded. Added last, so
+    /// that remembered answers in older snapshots decode unchanged.
+    #[error("quota exceeded: {what}")]
+    QuotaReached {
+        /// Which quota, in words.
+        what: String,
+        /// The cap.
+        limit: u64,
+    },
 }

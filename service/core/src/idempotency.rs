@@ -25,6 +25,9 @@ pub(crate) struct IdempotencyTable {
     /// Keys in the order they were recorded, with their recording time. Times are
     /// non-decreasing because the state machine's clock never goes back.
     by_age: VecDeque<(u64, String, String)>,
+    /// Records per principal (derived: not in snapshots, rebuilt on restore).
+    #[serde(skip)]
+    per_principal: HashMap<String, usize>,
 }
 
 impl IdempotencyTable {
@@ -39,6 +42,7 @@ impl IdempotencyTable {
         if self.records.insert(id, record).is_none() {
             self.by_age
                 .push_back((now_ms, principal.to_owned(), key.to_owned()));
+            *self.per_principal.entry(principal.to_owned()).or_default() += 1;
         }
     }
 
@@ -65,6 +69,12 @@ impl IdempotencyTable {
                 break;
             }
             if let Some((_, principal, key)) = self.by_age.pop_front() {
+                if let Some(count) = self.per_principal.get_mut(&principal) {
+                    *count -= 1;
+                    if *count == 0 {
+                        self.per_principal.remove(&principal);
+                    }
+                }
                 self.records.remove(&(principal, key));
             }
         }
@@ -72,5 +82,18 @@ impl IdempotencyTable {
 
     pub fn len(&self) -> usize {
         self.records.len()
+    }
+
+    /// How many keys `principal` has remembered.
+    pub fn count_of(&self, principal: &str) -> usize {
+        self.per_principal.get(principal).copied().unwrap_or(0)
+    }
+
+    /// Rebuilds the per-principal counts (after a snapshot is restored).
+    pub fn recount(&mut self) {
+        self.per_principal.clear();
+        for (principal, _) in self.records.keys() {
+            *self.per_principal.entry(principal.clone()).or_default() += 1;
+        }
     }
 }

@@ -49,16 +49,28 @@ impl Lease {
         self.attachments.push(attachment);
     }
 
-    pub fn detach(&mut self, attachment: &Attachment) {
-        if let Some(index) = self.attachments.iter().position(|a| a == attachment) {
-            self.attachments.swap_remove(index);
+    /// Removes `attachment`; false if the lease did not have it.
+    pub fn detach(&mut self, attachment: &Attachment) -> bool {
+        match self.attachments.iter().position(|a| a == attachment) {
+            Some(index) => {
+                self.attachments.swap_remove(index);
+                true
+            }
+            None => false,
         }
     }
 
-    pub fn replace(&mut self, old: &Attachment, new: Attachment) {
+    /// Puts `new` in the place of `old` (or adds it); true if `old` was there.
+    pub fn replace(&mut self, old: &Attachment, new: Attachment) -> bool {
         match self.attachments.iter_mut().find(|a| *a == old) {
-            Some(slot) => *slot = new,
-            None => self.attach(new),
+            Some(slot) => {
+                *slot = new;
+                true
+            }
+            None => {
+                self.attach(new);
+                false
+            }
         }
     }
 }

@@ -69,7 +69,7 @@ impl StateMachine {
         let Some(lease) = self.leases.remove(&lease_id) else {
             return Released::default();
         };
-        self.lease_owners.remove(&lease_id);
+        self.forget_owner(lease_id, &lease);
         self.emit(
             events,
             EventKind::LeaseEnded {

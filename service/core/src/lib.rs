@@ -33,8 +33,10 @@ mod machine;
 mod name;
 mod names;
 mod outcome;
+mod quota;
 mod slot;
 mod snapshot;
+mod usage;
 mod views;
 
 pub use command::{Batch, Command, IdempotencyKey, LeaseRef, Request};
@@ -46,5 +48,7 @@ pub use limits::Limits;
 pub use machine::{ApplyContext, StateMachine};
 pub use name::{validate_name, MAX_NAME_BYTES};
 pub use outcome::{EndReason, Event, EventKind, Grant, Outcome, Released, Reply};
+pub use quota::Quota;
 pub use snapshot::{SnapshotError, SNAPSHOT_FORMAT};
+pub use usage::Usage;
 pub use views::{Counts, ElectionView, LeaderView, LeaseView, LockView, NameView};

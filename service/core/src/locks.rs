@@ -209,12 +209,11 @@ impl StateMachine {
                     Some(next.waiter),
                     events,
                 );
-                if let Some(lease) = self.leases.get_mut(&next.lease_id) {
-                    lease.replace(
-                        &Attachment::LockWait(name.to_owned(), next.waiter),
-                        Attachment::Lock(name.to_owned()),
-                    );
-                }
+                self.replace_attachment(
+                    next.lease_id,
+                    &Attachment::LockWait(name.to_owned(), next.waiter),
+                    Attachment::Lock(name.to_owned()),
+                );
                 self.record_wait_end(next.idempotency, Ok(Reply::LockGranted(grant)));
             }
         }

@@ -12,7 +12,9 @@ use crate::ids::LeaseId;
 use crate::lease::{Attachment, Lease, Leases};
 use crate::limits::Limits;
 use crate::outcome::{EndReason, Event, EventKind, Outcome, Reply};
+use crate::quota::Quota;
 use crate::slot::Slot;
+use crate::usage::UsageTable;
 
 /// What a log entry tells the state machine about the world.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +65,10 @@ pub struct StateMachine {
     /// Kept apart from [`Lease`] so that format-2 snapshots decode by appending an
     /// empty map. Last field.
     pub(crate) lease_owners: BTreeMap<LeaseId, String>,
+    /// What each principal holds, kept with every change (derived: not in
+    /// snapshots, rebuilt on restore).
+    #[serde(skip)]
+    pub(crate) usage: UsageTable,
 }
 
 impl StateMachine {
@@ -127,6 +133,17 @@ impl StateMachine {
                     revision,
                     result,
                     replayed,
+                    events,
+                };
+            }
+        }
+        if let (Some(key), Some((_, quota))) = (&request.idempotency, request.command.admission()) {
+            // Refused before anything is remembered: a later retry may succeed.
+            if let Err(error) = self.check_idempotency_quota(&key.principal, quota) {
+                return Outcome {
+                    revision: self.revision,
+                    result: Err(error),
+                    replayed: false,
                     events,
                 };
             }
@@ -250,6 +267,18 @@ impl StateMachine {
             Command::AsPrincipal { principal, command } => {
                 self.execute_as(ctx, principal, command, idempotency, events)
             }
+            Command::Within {
+                principal,
+                quota,
+                command,
+            } => self.execute_within(
+                ctx,
+                principal.as_deref(),
+                quota,
+                command,
+                idempotency,
+                events,
+            ),
             // Metadata, not a state change of any lock: no revision.
             Command::SetClusterId { cluster_id } => {
                 let kept = self.cluster_id.get_or_insert_with(|| cluster_id.clone());
@@ -270,7 +299,7 @@ impl StateMachine {
         idempotency: Option<(String, String)>,
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
-        if matches!(command, Command::AsPrincipal { .. }) {
+        if command.is_wrapper() {
             return Err(CoreError::LeaseNotOwned);
         }
         if let Some(lease_id) = command.presented_lease() {
@@ -278,11 +307,35 @@ impl StateMachine {
         }
         let reply = self.execute(ctx, command, idempotency, events)?;
         if let Some((lease_id, _)) = command.created_lease() {
-            if self.leases.contains_key(&lease_id) {
-                self.lease_owners.insert(lease_id, principal.to_owned());
-            }
+            self.record_owner(lease_id, principal);
         }
         Ok(reply)
+    }
+
+    /// Runs `command` for `principal` (`None` with auth off) if it stays within
+    /// `quota`.
+    fn execute_within(
+        &mut self,
+        ctx: &ApplyContext,
+        principal: Option<&str>,
+        quota: &Quota,
+        command: &Command,
+        idempotency: Option<(String, String)>,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        if command.is_wrapper() {
+            return Err(CoreError::LeaseNotOwned);
+        }
+        if let Some(principal) = principal {
+            if let Some(lease_id) = command.presented_lease() {
+                self.check_lease_owner(lease_id, Some(principal))?;
+            }
+        }
+        self.check_quota(principal, quota, command)?;
+        match principal {
+            Some(principal) => self.execute_as(ctx, principal, command, idempotency, events),
+            None => self.execute(ctx, command, idempotency, events),
+        }
     }
 
     /// Records one state change and returns its revision.
@@ -369,9 +422,31 @@ impl StateMachine {
     }
 
     pub(crate) fn attach(&mut self, lease_id: LeaseId, attachment: Attachment) {
+        if !self.leases.contains_key(&lease_id) {
+            return;
+        }
+        self.count_attachment(lease_id, &attachment, true);
         if let Some(lease) = self.leases.get_mut(&lease_id) {
             lease.attach(attachment);
         }
+    }
+
+    /// A queued request of `lease_id` became a holding: `old` (its wait) is
+    /// replaced by `new`.
+    pub(crate) fn replace_attachment(
+        &mut self,
+        lease_id: LeaseId,
+        old: &Attachment,
+        new: Attachment,
+    ) {
+        let Some(lease) = self.leases.get_mut(&lease_id) else {
+            return;
+        };
+        let replaced = lease.replace(old, new.clone());
+        if replaced {
+            self.count_attachment(lease_id, old, false);
+        }
+        self.count_attachment(lease_id, &new, true);
     }
 
     pub(crate) fn lease_ttl(&self, lease_id: LeaseId) -> u64 {
@@ -388,8 +463,12 @@ impl StateMachine {
         let Some(lease) = self.leases.get_mut(&lease_id) else {
             return;
         };
-        lease.detach(attachment);
-        if lease.ephemeral && lease.attachments.is_empty() {
+        let detached = lease.detach(attachment);
+        let now_unused = lease.ephemeral && lease.attachments.is_empty();
+        if detached {
+            self.count_attachment(lease_id, attachment, false);
+        }
+        if now_unused {
             self.end_lease(lease_id, EndReason::Revoked, events);
         }
     }

@@ -35,17 +35,21 @@ impl StateMachine {
     /// format version).
     pub fn from_snapshot(bytes: &[u8]) -> Result<StateMachine, SnapshotError> {
         let (&format, body) = bytes.split_first().ok_or(SnapshotError::Empty)?;
-        match format {
+        let mut state: StateMachine = match format {
             // Each format adds one trailing field to the one before: format 1
             // lacks `cluster_id` (`None`), format 2 lacks `lease_owners` (an empty
             // map). postcard writes either as one zero byte.
             1 | 2 => {
                 let mut padded = body.to_vec();
                 padded.resize(body.len() + usize::from(3 - format), 0);
-                Ok(postcard::from_bytes(&padded)?)
+                postcard::from_bytes(&padded)?
             }
-            3 => Ok(postcard::from_bytes(body)?),
-            other => Err(SnapshotError::UnsupportedFormat(other)),
-        }
+            3 => postcard::from_bytes(body)?,
+            other => return Err(SnapshotError::UnsupportedFormat(other)),
+        };
+        // Derived counts are not in the snapshot.
+        state.recount_usage();
+        state.idempotency.recount();
+        Ok(state)
     }
 }

@@ -4,8 +4,8 @@
 mod support;
 
 use baton_core::{
-    Batch, Command, CoreError, EndReason, EventKind, LeaseRef, Limits, Reply, Request,
-    StateMachine, WaiterId,
+    Batch, Command, CoreError, EndReason, EventKind, IdempotencyKey, LeaseRef, Limits, Outcome,
+    Quota, Reply, Request, StateMachine, WaiterId,
 };
 use support::{grants, lease, Driver};
 
@@ -736,4 +736,194 @@ fn an_idempotent_answer_is_never_replayed_to_another_principal() {
         panic!("{other:?}");
     };
     assert_eq!(lease_id, lease(3));
+}
+
+// Admission quotas (issue 16): caps stamped into `Command::Within`.
+
+fn tight() -> Quota {
+    Quota {
+        max_leases: 5,
+        max_leases_per_principal: 2,
+        max_holdings_per_principal: 3,
+        max_waiters_per_principal: 1,
+        max_idempotency_keys_per_principal: 2,
+    }
+}
+
+fn by(principal: Option<&str>, command: Command) -> Command {
+    command.within(principal, tight())
+}
+
+fn new_lease(n: u128) -> Command {
+    Command::CreateLease {
+        lease_id: lease(n),
+        ttl_ms: 10_000,
+        holder: format!("holder-{n}"),
+    }
+}
+
+fn acquire_on(name: &str, n: u128, waiter: Option<WaiterId>) -> Command {
+    Command::Acquire {
+        name: name.to_owned(),
+        lease: LeaseRef::Existing(lease(n)),
+        holder: None,
+        waiter,
+        lock_delay_ms: 0,
+    }
+}
+
+fn quota_limit(outcome: &Outcome) -> Option<u64> {
+    match &outcome.result {
+        Err(CoreError::QuotaReached { limit, .. }) => Some(*limit),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_principal_owns_at_most_its_lease_quota_and_the_cluster_its_total() {
+    let mut d = Driver::default();
+    for n in 1..=2 {
+        let out = d.apply(by(Some("a"), new_lease(n)));
+        assert!(out.result.is_ok(), "{out:?}");
+    }
+    let before = d.sm.to_snapshot();
+    let refused = d.apply(by(Some("a"), new_lease(3)));
+    assert_eq!(quota_limit(&refused), Some(2), "{refused:?}");
+    assert_eq!(d.sm.to_snapshot(), before, "a refusal changes nothing");
+    // An acquire that would create its own lease counts too.
+    let refused = d.apply(by(
+        Some("a"),
+        Command::Acquire {
+            name: "x".into(),
+            lease: LeaseRef::New {
+                lease_id: lease(9),
+                ttl_ms: 10_000,
+            },
+            holder: None,
+            waiter: None,
+            lock_delay_ms: 0,
+        },
+    ));
+    assert_eq!(quota_limit(&refused), Some(2));
+    // Another principal has its own count; the cluster-wide cap counts everyone,
+    // owned or not.
+    assert!(d.apply(by(Some("b"), new_lease(3))).result.is_ok());
+    assert!(d.apply(by(None, new_lease(4))).result.is_ok());
+    assert!(d.apply(new_lease(5)).result.is_ok(), "unwrapped: no quota");
+    let refused = d.apply(by(Some("b"), new_lease(6)));
+    assert_eq!(quota_limit(&refused), Some(5), "{refused:?}");
+    let refused = d.apply(by(None, new_lease(6)));
+    assert_eq!(quota_limit(&refused), Some(5));
+    // Ending a lease frees its place.
+    assert!(d
+        .apply(Command::RevokeLease { lease_id: lease(1) })
+        .result
+        .is_ok());
+    assert_eq!(d.sm.principal_usage("a").leases, 1);
+    assert!(d.apply(by(Some("a"), new_lease(6))).result.is_ok());
+    assert!(d.sm.usage_is_consistent());
+}
+
+#[test]
+fn holdings_and_waiters_are_capped_per_principal() {
+    let mut d = Driver::default();
+    assert!(d.apply(by(Some("a"), new_lease(1))).result.is_ok());
+    assert!(d.apply(by(Some("b"), new_lease(2))).result.is_ok());
+    let mut first_token = None;
+    for name in ["l1", "l2", "l3"] {
+        let out = d.apply(by(Some("a"), acquire_on(name, 1, None)));
+        match out.result {
+            Ok(Reply::LockGranted(grant)) => {
+                first_token.get_or_insert(grant.token);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let refused = d.apply(by(Some("a"), acquire_on("l4", 1, None)));
+    assert_eq!(quota_limit(&refused), Some(3), "{refused:?}");
+    let usage = d.sm.principal_usage("a");
+    assert_eq!((usage.leases, usage.holdings, usage.waiters), (1, 3, 0));
+
+    // b queues once behind a's lock; a second wait is refused.
+    let waiter = d.new_waiter();
+    let queued = d.apply(by(Some("b"), acquire_on("l1", 2, Some(waiter))));
+    assert!(
+        matches!(queued.result, Ok(Reply::LockQueued { .. })),
+        "{queued:?}"
+    );
+    let waiter = d.new_waiter();
+    let refused = d.apply(by(Some("b"), acquire_on("l2", 2, Some(waiter))));
+    assert_eq!(quota_limit(&refused), Some(1), "{refused:?}");
+    // When a releases, b's wait becomes a holding: counted as such.
+    let released = d.release("l1", lease(1), first_token.unwrap());
+    assert!(released.result.is_ok(), "{released:?}");
+    let usage = d.sm.principal_usage("b");
+    assert_eq!((usage.holdings, usage.waiters), (1, 0));
+    assert_eq!(d.sm.principal_usage("a").holdings, 2);
+    assert!(d.sm.usage_is_consistent());
+    // A restored snapshot has the same counts.
+    let restored = StateMachine::from_snapshot(&d.sm.to_snapshot()).unwrap();
+    assert_eq!(restored.principal_usage("b"), d.sm.principal_usage("b"));
+    assert!(restored == d.sm);
+}
+
+#[test]
+fn idempotency_keys_are_capped_per_principal_and_replays_still_answer() {
+    let mut d = Driver::default();
+    let keyed = |d: &mut Driver, principal: &str, key: &str, n: u128| {
+        d.apply_request(Request {
+            idempotency: Some(IdempotencyKey {
+                principal: principal.to_owned(),
+                key: key.to_owned(),
+                fingerprint: n as u64,
+            }),
+            command: by(Some(principal), new_lease(n)),
+        })
+    };
+    assert!(keyed(&mut d, "a", "k1", 1).result.is_ok());
+    assert!(keyed(&mut d, "a", "k2", 2).result.is_ok());
+    let refused = keyed(&mut d, "a", "k3", 3);
+    assert_eq!(quota_limit(&refused), Some(2), "{refused:?}");
+    let replay = keyed(&mut d, "a", "k1", 1);
+    assert!(replay.replayed && replay.result.is_ok(), "{replay:?}");
+    assert!(
+        keyed(&mut d, "b", "k1", 4).result.is_ok(),
+        "b has its own count"
+    );
+    // Keys are forgotten after their retention, and then count no more.
+    d.now_ms += baton_core::IDEMPOTENCY_RETENTION_MS + 1;
+    assert!(d
+        .apply(Command::RevokeLease { lease_id: lease(1) })
+        .result
+        .is_ok());
+    assert!(keyed(&mut d, "a", "k3", 3).result.is_ok());
+}
+
+#[test]
+fn updating_ones_own_name_is_not_a_new_holding() {
+    let mut d = Driver::default();
+    assert!(d.apply(by(Some("a"), new_lease(1))).result.is_ok());
+    for name in ["n1", "l1", "l2"] {
+        let command = if name.starts_with('n') {
+            Command::Register {
+                name: name.into(),
+                lease: LeaseRef::Existing(lease(1)),
+                holder: None,
+                value: "1".into(),
+            }
+        } else {
+            acquire_on(name, 1, None)
+        };
+        assert!(d.apply(by(Some("a"), command)).result.is_ok());
+    }
+    let update = d.apply(by(
+        Some("a"),
+        Command::Register {
+            name: "n1".into(),
+            lease: LeaseRef::Existing(lease(1)),
+            holder: None,
+            value: "2".into(),
+        },
+    ));
+    assert!(update.result.is_ok(), "{update:?}");
 }

@@ -17,7 +17,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use baton_core::{
     validate_name, ApplyContext, Batch, Command, EventKind, HoldingKind, IdempotencyKey, LeaseId,
-    LeaseRef, Limits, Outcome, Reply, Request, StateMachine, WaiterId, IDEMPOTENCY_RETENTION_MS,
+    LeaseRef, Limits, Outcome, Quota, Reply, Request, StateMachine, WaiterId,
+    IDEMPOTENCY_RETENTION_MS,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -597,7 +598,7 @@ impl Model {
     /// A principal's command: refused when it presents a live lease another
     /// principal created; a lease it creates becomes its own.
     fn run_as(&mut self, principal: &str, command: &Command) -> Option<MReply> {
-        if matches!(command, Command::AsPrincipal { .. }) {
+        if command.is_wrapper() {
             return None;
         }
         if let Some(id) = command.presented_lease() {
@@ -627,6 +628,21 @@ impl Model {
         }
         match command {
             Command::AsPrincipal { principal, command } => self.run_as(principal, command),
+            Command::Within {
+                principal: Some(principal),
+                command,
+                ..
+            } => self.run_as(principal, command),
+            Command::Within {
+                principal: None,
+                command,
+                ..
+            } => {
+                if command.is_wrapper() {
+                    return None;
+                }
+                self.run(command)
+            }
             Command::CreateLease {
                 lease_id,
                 ttl_ms,
@@ -1212,7 +1228,13 @@ fn to_request(step: &Step, model: &Model, history: &mut History) -> Request {
         }
     };
     let principal = step.principal.map(|p| format!("p{p}"));
-    let command = command.by(principal.as_deref());
+    // Principal p0 sends the pre-quota wrapper (older log entries), p1 the
+    // current one with quotas too high to refuse anything (their refusals have
+    // their own tests); the usage counts are checked after every entry.
+    let command = match step.principal {
+        Some(1) => command.within(principal.as_deref(), Quota::UNLIMITED),
+        _ => command.by(principal.as_deref()),
+    };
     match step.key {
         None => Request::plain(command),
         Some(key) => {
@@ -1314,6 +1336,10 @@ impl EventChecks {
 
 /// (a), (c): the machine's views say what the model says.
 fn compare(sm: &StateMachine, model: &Model) -> Result<(), TestCaseError> {
+    prop_assert!(
+        sm.usage_is_consistent(),
+        "the running usage counts equal a count from scratch"
+    );
     for id in model.leases.keys() {
         for principal in ["p0", "p1"] {
             let foreign = model.owners.get(id).is_some_and(|owner| owner != principal);

@@ -41,8 +41,15 @@ pub struct NodeConfig {
     pub election_timeout: Duration,
     /// Build a snapshot (and purge the log behind it) after this many entries.
     pub snapshot_every: u64,
-    /// Shared secret that peers present on the Raft listener.
+    /// Shared secret that peers present on the Raft listener: this node sends it
+    /// and accepts it.
     pub cluster_secret: Option<String>,
+    /// Further secrets this node accepts but never sends, for rotating the
+    /// cluster secret without an outage (SECURITY.md). Only with `cluster_secret`.
+    pub also_accepted_secrets: Vec<String>,
+    /// TLS material: with it, calls to peers go over https, verified against the
+    /// peer CA, presenting the node certificate.
+    pub tls: Option<std::sync::Arc<crate::tls::Tls>>,
     /// Static membership: every voter's id and Raft URL, this node included. Empty
     /// for a single node or a node that joins. The lowest id initializes the cluster
     /// once a majority answers and none of them is initialized yet.
@@ -78,6 +85,8 @@ impl NodeConfig {
             election_timeout: Duration::from_millis(500),
             snapshot_every: 20_000,
             cluster_secret: None,
+            also_accepted_secrets: Vec::new(),
+            tls: None,
             peers: BTreeMap::new(),
             join: None,
             dial_overrides: BTreeMap::new(),
@@ -89,6 +98,16 @@ impl NodeConfig {
 }
 
 impl NodeConfig {
+    /// Every cluster secret this node accepts: the one it sends, then the ones
+    /// it also accepts. Empty when no secret is set (the listener is open).
+    pub fn accepted_secrets(&self) -> Vec<String> {
+        self.cluster_secret
+            .iter()
+            .chain(&self.also_accepted_secrets)
+            .cloned()
+            .collect()
+    }
+
     /// The URL to dial for `peer`, whose membership entry says `raft_addr`.
     pub fn dial_addr(&self, peer: u64, raft_addr: &str) -> String {
         dial_url(&self.dial_overrides, peer, raft_addr)

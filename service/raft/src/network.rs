@@ -15,6 +15,8 @@ use openraft::raft::{
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::tls::Tls;
+
 /// Header carrying the cluster secret on peer requests.
 pub const CLUSTER_SECRET_HEADER: &str = "baton-cluster-secret";
 
@@ -31,13 +33,23 @@ pub struct HttpNetwork {
 /// is reported in time for the next heartbeat.
 /// A client that cannot be built is an error, never a default client: that
 /// would drop the connect timeout the elections rely on.
-pub fn peer_http_client(connect_timeout: Duration) -> reqwest::Result<reqwest::Client> {
-    reqwest::Client::builder()
+/// With `tls` and its peer CA, https URLs are verified against the peer CA and
+/// the node certificate is presented (a single node without a peer CA calls no
+/// peer).
+pub fn peer_http_client(
+    connect_timeout: Duration,
+    tls: Option<&Arc<Tls>>,
+) -> Result<reqwest::Client, String> {
+    let mut builder = reqwest::Client::builder()
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(64)
         .connect_timeout(connect_timeout)
-        .tcp_nodelay(true)
-        .build()
+        .tcp_nodelay(true);
+    if let Some(tls) = tls.filter(|tls| tls.files().peer_ca.is_some()) {
+        let config = tls.peer_client_config().map_err(|e| e.to_string())?;
+        builder = builder.use_preconfigured_tls(config);
+    }
+    builder.build().map_err(|error| error.to_string())
 }
 
 impl HttpNetwork {

@@ -152,8 +152,11 @@ impl Node {
         }
         .validate()
         .map_err(|e| StartError::Raft(e.to_string()))?;
-        let client = peer_http_client(config.heartbeat.max(Duration::from_millis(100)) * 2)
-            .map_err(|error| StartError::Config(format!("the peer HTTP client: {error}")))?;
+        let client = peer_http_client(
+            config.heartbeat.max(Duration::from_millis(100)) * 2,
+            config.tls.as_ref(),
+        )
+        .map_err(|error| StartError::Config(format!("the peer HTTP client: {error}")))?;
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),

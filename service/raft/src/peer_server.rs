@@ -21,30 +21,33 @@ use crate::node::Node;
 /// 1 MiB snapshot chunk, as JSON, with room to spare.
 const MAX_PEER_BODY: usize = 128 << 20;
 
-/// Whether `request` carries `secret` (compared in constant time). Always true
-/// when no secret is configured.
-pub fn secret_matches(request: &HttpRequest, secret: Option<&str>) -> bool {
-    let Some(secret) = secret else {
+/// Whether `request` carries one of the `accepted` secrets (see
+/// [`crate::NodeConfig::accepted_secrets`]), each compared in constant time and
+/// all of them compared. Always true when `accepted` is empty (no secret set).
+pub fn secret_matches(request: &HttpRequest, accepted: &[String]) -> bool {
+    if accepted.is_empty() {
         return true;
-    };
+    }
     let presented = request
         .headers()
         .get(CLUSTER_SECRET_HEADER)
         .map(|value| value.as_bytes())
         .unwrap_or_default();
-    bool::from(presented.ct_eq(secret.as_bytes()))
+    accepted.iter().fold(false, |matched, secret| {
+        matched | bool::from(presented.ct_eq(secret.as_bytes()))
+    })
 }
 
 /// Registers the peer routes for `node`.
 pub fn peer_routes(node: Arc<Node>) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg: &mut web::ServiceConfig| {
-        let secret = node.config.cluster_secret.clone();
+        let accepted = node.config.accepted_secrets();
         cfg.app_data(web::Data::from(node))
             .app_data(web::PayloadConfig::new(MAX_PEER_BODY))
             .service(
                 web::scope("/raft")
                     .wrap_fn(move |request, service| {
-                        let allowed = secret_matches(request.request(), secret.as_deref());
+                        let allowed = secret_matches(request.request(), &accepted);
                         let call = allowed.then(|| service.call(request));
                         async move {
                             match call {

@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use baton_core::Limits;
-use baton_raft::{Durability, InFlight, NodeConfig, WatchConfig};
+use baton_api::rate_limit::RateLimit;
+use baton_core::{Limits, Quota};
+use baton_raft::{Durability, InFlight, NodeConfig, TlsFiles, WatchConfig};
 use clap::{Args, Parser, Subcommand};
 
 /// Baton: a replicated lock-and-lease service over HTTP/JSON.
@@ -61,6 +62,27 @@ pub enum DevCommand {
     /// Start a local cluster on 127.0.0.1 (data in a temporary directory, removed
     /// on exit); prints the addresses and stops the nodes on Ctrl-C.
     Cluster(DevClusterArgs),
+    /// Write a test CA, a node certificate and client certificates (PEM) for
+    /// trying TLS and mTLS locally. Not for production: the CA key is written
+    /// next to them.
+    Certs(DevCertsArgs),
+}
+
+/// Settings of `baton dev certs`.
+#[derive(Debug, Clone, Args)]
+pub struct DevCertsArgs {
+    /// Directory to write ca.crt, ca.key, node.crt, node.key and the client files into.
+    #[arg(long, default_value = "./baton-certs")]
+    pub out: PathBuf,
+    /// Names the node certificate is valid for (DNS names or IP addresses),
+    /// comma-separated.
+    #[arg(long, default_value = "localhost,127.0.0.1")]
+    pub node_names: String,
+    /// Client certificates to write (`<name>.crt`, `<name>.key`), one per name,
+    /// comma-separated; each is valid for its name (list it under a
+    /// principal's `certificates` in the auth file).
+    #[arg(long, default_value = "")]
+    pub clients: String,
 }
 
 /// Settings of `baton dev cluster`.
@@ -98,7 +120,7 @@ pub struct ServeArgs {
     /// Peer (Raft) listen address; never the client API's. Port 0 picks a free one.
     #[arg(long, env = "BATON_RAFT_LISTEN", default_value = "127.0.0.1:7879")]
     pub raft_listen: String,
-    /// Raft URL peers dial (default: http://<raft-listen>).
+    /// Raft URL peers dial (default: http(s)://<raft-listen>).
     #[arg(long, env = "BATON_ADVERTISE_RAFT")]
     pub advertise_raft: Option<String>,
     /// Static membership, this node included: `1=http://a:7879,2=http://b:7879,...`.
@@ -112,6 +134,30 @@ pub struct ServeArgs {
     /// changes). Set it on every multi-node cluster.
     #[arg(long, env = "BATON_CLUSTER_SECRET", hide_env_values = true)]
     pub cluster_secret: Option<String>,
+    /// Another cluster secret to accept (never sent): rotate the secret with
+    /// three rolling restarts (SECURITY.md). Needs --cluster-secret.
+    #[arg(long, env = "BATON_ACCEPT_CLUSTER_SECRET", hide_env_values = true)]
+    pub accept_cluster_secret: Option<String>,
+    /// This node's TLS certificate chain (PEM): both listeners serve https, and
+    /// it is presented to peers. Re-read when it changes.
+    #[arg(long, env = "BATON_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "BATON_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// CAs of client certificates (PEM): clients may present one instead of a
+    /// bearer token; the auth file maps its names to a principal.
+    #[arg(long, env = "BATON_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// CAs of the cluster's node certificates (PEM): peers verify each other
+    /// against it in both directions. Needed with TLS on more than one node, and
+    /// by a --proxy that reaches the cluster over https.
+    #[arg(long, env = "BATON_TLS_PEER_CA")]
+    pub tls_peer_ca: Option<PathBuf>,
+    /// Allow the cluster secret to cross the network in clear text (no TLS on a
+    /// multi-node cluster). Only on a network you trust (SECURITY.md).
+    #[arg(long, env = "BATON_INSECURE_PLAINTEXT_PEERS")]
+    pub insecure_plaintext_peers: bool,
     /// Auth file (YAML or JSON): principals, their token digests, roles and name
     /// prefixes. When set, every API request needs `Authorization: Bearer`.
     /// Reloaded on SIGHUP and when its contents change. See SECURITY.md.
@@ -162,6 +208,44 @@ pub struct ServeArgs {
     /// Most holdings (locks, names, elections, waits) on one lease.
     #[arg(long, env = "BATON_MAX_HOLDINGS_PER_LEASE", default_value_t = 10_000)]
     pub max_holdings_per_lease: u32,
+    /// Most live leases in the cluster (429 quota_exceeded beyond).
+    #[arg(long, env = "BATON_MAX_LEASES", default_value_t = 1_000_000)]
+    pub max_leases: u64,
+    /// Most live leases one principal owns (auth file `quota.leases` overrides).
+    #[arg(
+        long,
+        env = "BATON_MAX_LEASES_PER_PRINCIPAL",
+        default_value_t = 100_000
+    )]
+    pub max_leases_per_principal: u64,
+    /// Most held locks, leaderships and names on one principal's leases.
+    #[arg(
+        long,
+        env = "BATON_MAX_HOLDINGS_PER_PRINCIPAL",
+        default_value_t = 1_000_000
+    )]
+    pub max_holdings_per_principal: u64,
+    /// Most queued requests on one principal's leases.
+    #[arg(
+        long,
+        env = "BATON_MAX_WAITERS_PER_PRINCIPAL",
+        default_value_t = 100_000
+    )]
+    pub max_waiters_per_principal: u64,
+    /// Most idempotency keys one principal has remembered (each for 10 minutes).
+    #[arg(
+        long,
+        env = "BATON_MAX_IDEMPOTENCY_KEYS_PER_PRINCIPAL",
+        default_value_t = 100_000
+    )]
+    pub max_idempotency_keys_per_principal: u64,
+    /// Requests a second each principal may send to this node, 0 for no limit
+    /// (with auth off, every client shares one bucket). 429 with Retry-After.
+    #[arg(long, env = "BATON_RATE_LIMIT", default_value_t = 0)]
+    pub rate_limit: u32,
+    /// Requests a principal may send at once after a quiet spell.
+    #[arg(long, env = "BATON_RATE_LIMIT_BURST", default_value_t = 100)]
+    pub rate_limit_burst: u32,
     /// Largest election or name value, in bytes.
     #[arg(long, env = "BATON_MAX_VALUE_BYTES", default_value_t = 4_096)]
     pub max_value_bytes: u32,
@@ -264,7 +348,26 @@ impl ServeArgs {
     pub fn api_url(&self) -> String {
         self.advertise_api
             .clone()
-            .unwrap_or_else(|| format!("http://{}", self.listen))
+            .unwrap_or_else(|| format!("{}://{}", self.scheme(), self.listen))
+    }
+
+    /// `https` when this node serves TLS, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// The TLS files, when --tls-cert is set.
+    pub fn tls_files(&self) -> Option<TlsFiles> {
+        Some(TlsFiles {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+            client_ca: self.tls_client_ca.clone(),
+            peer_ca: self.tls_peer_ca.clone(),
+        })
     }
 
     /// The state machine limits.
@@ -277,6 +380,25 @@ impl ServeArgs {
             max_waiters_per_lock: self.max_waiters_per_lock,
             max_holdings_per_lease: self.max_holdings_per_lease,
             max_lock_delay_ms: self.max_lock_delay_ms,
+        }
+    }
+
+    /// The admission caps every write is judged by.
+    pub fn quota(&self) -> Quota {
+        Quota {
+            max_leases: self.max_leases,
+            max_leases_per_principal: self.max_leases_per_principal,
+            max_holdings_per_principal: self.max_holdings_per_principal,
+            max_waiters_per_principal: self.max_waiters_per_principal,
+            max_idempotency_keys_per_principal: self.max_idempotency_keys_per_principal,
+        }
+    }
+
+    /// The request rate each principal may use on this node.
+    pub fn rate_limit(&self) -> RateLimit {
+        RateLimit {
+            per_second: self.rate_limit,
+            burst: self.rate_limit_burst,
         }
     }
 
@@ -295,6 +417,18 @@ impl ServeArgs {
         config.election_timeout = Duration::from_millis(self.election_timeout_ms);
         config.propose_timeout = Duration::from_millis(self.propose_timeout_ms.max(100));
         config.cluster_secret = self.cluster_secret.clone().filter(|s| !s.is_empty());
+        config.also_accepted_secrets = self
+            .accept_cluster_secret
+            .iter()
+            .filter(|s| !s.is_empty())
+            .cloned()
+            .collect();
+        if config.cluster_secret.is_none() && !config.also_accepted_secrets.is_empty() {
+            return Err(
+                "--accept-cluster-secret needs --cluster-secret (the secret this node sends)"
+                    .into(),
+            );
+        }
         config.peers = self.peer_map()?;
         config.join = self.join.clone();
         config.dial_overrides = parse_id_map("--peer-dial", self.peer_dial.as_deref())?;

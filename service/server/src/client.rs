@@ -100,17 +100,22 @@ pub struct Client {
 }
 
 impl Client {
-    /// A client for `endpoint` (`http://host:port`), sending `token` as a bearer
-    /// token when given.
-    pub fn new(endpoint: &str, token: Option<String>) -> Result<Client, ClientError> {
+    /// A client for `endpoint` (`http(s)://host:port`), sending `token` as a
+    /// bearer token when given; `tls` says whom to trust over https.
+    pub fn new(
+        endpoint: &str,
+        token: Option<String>,
+        tls: Option<rustls::ClientConfig>,
+    ) -> Result<Client, ClientError> {
         let endpoint = endpoint.trim_end_matches('/').to_owned();
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .build()
-            .map_err(|error| ClientError::Transport {
-                endpoint: endpoint.clone(),
-                reason: error.to_string(),
-            })?;
+        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
+        if let Some(tls) = tls {
+            builder = builder.use_preconfigured_tls(tls);
+        }
+        let http = builder.build().map_err(|error| ClientError::Transport {
+            endpoint: endpoint.clone(),
+            reason: error.to_string(),
+        })?;
         Ok(Client {
             http,
             endpoint,

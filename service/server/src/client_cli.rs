@@ -46,12 +46,34 @@ pub struct ClientOptions {
     /// only, so it never shows in `ps`.
     #[arg(skip = std::env::var("BATON_TOKEN").ok())]
     pub token: Option<String>,
+    /// CA certificates (PEM) to trust for an https endpoint.
+    #[arg(long, env = "BATON_CA_FILE", global = true)]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) to present, with --key-file (mutual TLS).
+    #[arg(long, env = "BATON_CERT_FILE", global = true, requires = "key_file")]
+    pub cert_file: Option<std::path::PathBuf>,
+    /// Private key (PEM) of --cert-file.
+    #[arg(long, env = "BATON_KEY_FILE", global = true, requires = "cert_file")]
+    pub key_file: Option<std::path::PathBuf>,
 }
 
 impl ClientOptions {
     /// The client these options describe.
     pub fn client(&self) -> Result<Client, ClientError> {
-        Client::new(&self.endpoint, self.token.clone())
+        let tls = match &self.ca_file {
+            Some(ca) => Some(
+                baton_raft::client_config_trusting(
+                    ca,
+                    self.cert_file.as_deref().zip(self.key_file.as_deref()),
+                )
+                .map_err(|error| ClientError::Transport {
+                    endpoint: self.endpoint.clone(),
+                    reason: error.to_string(),
+                })?,
+            ),
+            None => None,
+        };
+        Client::new(&self.endpoint, self.token.clone(), tls)
     }
 }
 

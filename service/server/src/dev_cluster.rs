@@ -54,6 +54,8 @@ pub async fn run(args: DevClusterArgs) -> anyhow::Result<()> {
             .arg("--data-dir")
             .arg(dir.join(format!("node-{i}")))
             .args(["--peers", &peers])
+            // Loopback only: nothing crosses a network.
+            .arg("--insecure-plaintext-peers")
             .env("BATON_CLUSTER_SECRET", &secret)
             .spawn()
             .with_context(|| format!("starting node {i}"))?;

@@ -4,6 +4,7 @@ mod auth_cli;
 mod cli;
 mod client;
 mod client_cli;
+mod dev_certs;
 mod dev_cluster;
 mod event_stream;
 mod inspect;
@@ -14,12 +15,13 @@ mod table;
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 use baton_api::{configure, on_connect, openapi_json, ApiSettings, ApiState};
-use baton_raft::{peer_routes, Node};
+use baton_raft::{client_config_trusting, peer_routes, Node, Tls};
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
@@ -42,6 +44,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         return serve_proxy(&args, &targets).await;
     }
     let node_id = args.resolved_node_id().map_err(anyhow::Error::msg)?;
+    let tls = load_tls(&args)?;
     // Before anything listens: a node whose auth file is broken must not serve
     // without it.
     let auth = match &args.auth_file {
@@ -60,17 +63,36 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // and the node advertises it.
     let raft_listener = std::net::TcpListener::bind(&args.raft_listen)
         .with_context(|| format!("binding the raft listener {}", args.raft_listen))?;
-    let raft_url = args
-        .advertise_raft
-        .clone()
-        .unwrap_or(format!("http://{}", raft_listener.local_addr()?));
-    let config = args
+    let raft_url = args.advertise_raft.clone().unwrap_or(format!(
+        "{}://{}",
+        args.scheme(),
+        raft_listener.local_addr()?
+    ));
+    let mut config = args
         .node_config(node_id, raft_url.clone())
         .map_err(anyhow::Error::msg)?;
-    if config.cluster_secret.is_none() && (!config.peers.is_empty() || config.join.is_some()) {
+    config.tls = tls.clone();
+    let clustered = !config.peers.is_empty() || config.join.is_some();
+    if config.cluster_secret.is_none() && clustered {
         tracing::warn!(
             "no --cluster-secret: anyone who reaches the raft listener can act as a peer"
         );
+    }
+    if clustered {
+        match &tls {
+            None if config.cluster_secret.is_some() && !args.insecure_plaintext_peers => {
+                anyhow::bail!(
+                    "the cluster secret would cross the network in clear text: set --tls-cert, \
+                     --tls-key and --tls-peer-ca, or --insecure-plaintext-peers on a network you trust"
+                );
+            }
+            Some(tls) if tls.files().peer_ca.is_none() => {
+                anyhow::bail!(
+                    "TLS on a cluster needs --tls-peer-ca: peers verify each other against it"
+                );
+            }
+            _ => {}
+        }
     }
     if args.unsafe_no_fsync {
         tracing::warn!("--unsafe-no-fsync: the log skips its write-ahead log, so a crash loses acknowledged writes; for the fault harness's negative control only");
@@ -79,10 +101,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let peer_node = node.clone();
     let peers = HttpServer::new(move || App::new().configure(peer_routes(peer_node.clone())))
         .workers(2)
-        .disable_signals()
-        .listen(raft_listener)
-        .context("serving the raft listener")?
-        .run();
+        .disable_signals();
+    let peers = match &tls {
+        Some(tls) => peers.listen_rustls_0_23(raft_listener, tls.peer_server_config()?),
+        None => peers.listen(raft_listener),
+    }
+    .context("serving the raft listener")?
+    .run();
     let peers_handle = peers.handle();
     let peers_task = tokio::spawn(peers);
     if !node.wait_until_leader_known(Duration::from_secs(10)).await {
@@ -93,8 +118,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         settings: ApiSettings {
             default_ttl_ms: args.default_ttl_ms,
             max_wait_ms: args.max_wait_ms,
+            quota: args.quota(),
+            rate: args.rate_limit(),
         },
         auth: auth.clone(),
+        rate_limiter: Default::default(),
     };
     let server = HttpServer::new(move || App::new().configure(configure(state.clone())))
         .on_connect(on_connect)
@@ -102,10 +130,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .shutdown_timeout(args.shutdown_timeout_s)
         // Signals are handled below: watch streams never finish by themselves,
         // so they are ended before actix waits for in-flight responses.
-        .disable_signals()
-        .bind(&args.listen)
-        .with_context(|| format!("binding {}", args.listen))?
-        .run();
+        .disable_signals();
+    let server = match &tls {
+        Some(tls) => server.bind_rustls_0_23(&args.listen, tls.api_server_config()?),
+        None => server.bind(&args.listen),
+    }
+    .with_context(|| format!("binding {}", args.listen))?
+    .run();
     tokio::spawn(stop_on_signal(server.handle(), node.clone()));
     tracing::info!(node_id, listen = %args.listen, raft = %raft_url, data_dir = %args.data_dir.display(), "baton is serving");
     // On SIGTERM the API stops accepting and lets in-flight requests finish;
@@ -121,13 +152,39 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The TLS material of `--tls-*`, reloaded when its files change; `None`
+/// without `--tls-cert`.
+fn load_tls(args: &ServeArgs) -> anyhow::Result<Option<Arc<Tls>>> {
+    let Some(files) = args.tls_files() else {
+        return Ok(None);
+    };
+    let tls = Tls::load(files)?;
+    tokio::spawn(tls.clone().reload_on_change(Duration::from_secs(2)));
+    tracing::info!(
+        client_certificates = tls.files().client_ca.is_some(),
+        peer_verification = tls.files().peer_ca.is_some(),
+        "TLS is on"
+    );
+    Ok(Some(tls))
+}
+
 fn workers(args: &ServeArgs) -> usize {
     args.http_workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
 }
 
 async fn serve_proxy(args: &ServeArgs, targets: &str) -> anyhow::Result<()> {
-    let proxy = Proxy::new(targets).context("building the proxy's HTTP client")?;
+    let tls = load_tls(args)?;
+    // The cluster is reached over https when its CA is given; the proxy then
+    // presents its own certificate, if it has one, to clusters that ask.
+    let upstream_tls = match &args.tls_peer_ca {
+        Some(ca) => Some(client_config_trusting(
+            ca,
+            args.tls_cert.as_deref().zip(args.tls_key.as_deref()),
+        )?),
+        None => None,
+    };
+    let proxy = Proxy::new(targets, upstream_tls).context("building the proxy's HTTP client")?;
     tokio::spawn(proxy.clone().discover(Duration::from_secs(2)));
     let data = web::Data::from(proxy);
     let server = HttpServer::new(move || {
@@ -138,8 +195,11 @@ async fn serve_proxy(args: &ServeArgs, targets: &str) -> anyhow::Result<()> {
     })
     .on_connect(on_connect)
     .workers(workers(args))
-    .shutdown_timeout(args.shutdown_timeout_s)
-    .bind(&args.listen)
+    .shutdown_timeout(args.shutdown_timeout_s);
+    let server = match &tls {
+        Some(tls) => server.bind_rustls_0_23(&args.listen, tls.api_server_config()?),
+        None => server.bind(&args.listen),
+    }
     .with_context(|| format!("binding {}", args.listen))?
     .run();
     tracing::info!(listen = %args.listen, cluster = %targets, "baton proxy is serving");
@@ -210,6 +270,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         }
         Command::Auth(command) => auth_cli::run(&command)?,
         Command::Dev(DevCommand::Cluster(args)) => dev_cluster::run(args).await?,
+        Command::Dev(DevCommand::Certs(args)) => dev_certs::run(&args)?,
         Command::Lock(command) => return Ok(hold(command.client, command.hold, Target::Lock).await),
         Command::Elect(command) if command.observe => {
             return Ok(match command.client.client() {

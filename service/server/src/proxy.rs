@@ -54,17 +54,21 @@ struct MemberView {
 
 impl Proxy {
     /// A proxy for the comma-separated cluster URLs in `targets`.
-    pub fn new(targets: &str) -> reqwest::Result<Arc<Proxy>> {
+    /// With `tls`, https cluster URLs are reached with that client configuration.
+    pub fn new(targets: &str, tls: Option<rustls::ClientConfig>) -> reqwest::Result<Arc<Proxy>> {
         let seeds: Vec<String> = targets
             .split(',')
             .map(|url| url.trim().trim_end_matches('/').to_owned())
             .filter(|url| !url.is_empty())
             .collect();
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(1))
             .pool_idle_timeout(Duration::from_secs(90))
-            .tcp_nodelay(true)
-            .build()?;
+            .tcp_nodelay(true);
+        if let Some(tls) = tls {
+            builder = builder.use_preconfigured_tls(tls);
+        }
+        let client = builder.build()?;
         Ok(Arc::new(Proxy {
             client,
             order: RwLock::new(seeds.clone()),

@@ -709,7 +709,7 @@ mod tests {
 
     #[test]
     fn a_grace_over_half_the_ttl_is_refused() {
-        let client = Client::new("http://127.0.0.1:1", None).expect("client");
+        let client = Client::new("http://127.0.0.1:1", None, None).expect("client");
         let args = |ttl_ms, kill_grace_ms| HoldArgs {
             name: "a".into(),
             ttl_ms,

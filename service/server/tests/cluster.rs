@@ -842,3 +842,232 @@ async fn membership_requests_that_would_break_the_cluster_are_refused() {
         .await;
     assert_eq!(status, 200, "writes go on: {body}");
 }
+
+/// `GET /raft/status` on node `id`'s peer listener with `secret`: the status code.
+async fn peer_status_with(cluster: &Cluster, id: u64, secret: &str) -> u16 {
+    let url = format!(
+        "http://127.0.0.1:{}/raft/status",
+        cluster.node(id).raft_port
+    );
+    cluster
+        .client
+        .get(url)
+        .header("baton-cluster-secret", secret)
+        .send()
+        .await
+        .map(|response| response.status().as_u16())
+        .unwrap_or(0)
+}
+
+/// Issue 16: the cluster secret is rotated by three rolling restarts (accept the
+/// new one, send the new one, forget the old one), and after every single
+/// restart the cluster still takes writes through every node: no step leaves
+/// two members that refuse each other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_secret_rotates_by_rolling_restarts_without_an_outage() {
+    const NEW: &str = "the-next-cluster-secret-0123456789";
+    let old = harness::SECRET;
+    let mut cluster = Cluster::start(3, &[]).await;
+    for id in 1..=3 {
+        assert_eq!(peer_status_with(&cluster, id, old).await, 200);
+        assert_eq!(peer_status_with(&cluster, id, NEW).await, 401, "node {id}");
+    }
+    let steps: [&[&str]; 3] = [
+        &["--cluster-secret", old, "--accept-cluster-secret", NEW],
+        &["--cluster-secret", NEW, "--accept-cluster-secret", old],
+        &["--cluster-secret", NEW],
+    ];
+    let membership: Vec<Vec<String>> = cluster
+        .nodes
+        .iter()
+        .map(|n| n.membership_args.clone())
+        .collect();
+    let mut writes = 0;
+    for (step, secrets) in steps.iter().enumerate() {
+        for id in 1..=3u64 {
+            cluster.kill9(id);
+            let node = &mut cluster.nodes[(id - 1) as usize];
+            node.membership_args = membership[(id - 1) as usize].clone();
+            node.membership_args
+                .extend(secrets.iter().map(|s| s.to_string()));
+            cluster.spawn(id);
+            cluster.wait_ready(id).await;
+            // Every node takes a write: appends from the leader, calls from
+            // followers to the leader, all with the mix of settings now running.
+            for via in 1..=3 {
+                writes += 1;
+                let path = format!("/v1/locks/rotation/{writes}:acquire");
+                let granted = eventually(300, || {
+                    let path = path.clone();
+                    let cluster = &cluster;
+                    async move {
+                        let (status, body) = cluster.post(via, &path, json!({})).await;
+                        (status == 200).then_some(body)
+                    }
+                })
+                .await;
+                assert!(
+                    granted.is_some(),
+                    "step {step}, node {id} restarted: no write through node {via}"
+                );
+            }
+        }
+    }
+    for id in 1..=3 {
+        assert_eq!(peer_status_with(&cluster, id, NEW).await, 200);
+        assert_eq!(peer_status_with(&cluster, id, old).await, 401, "node {id}");
+    }
+}
+
+/// An https client trusting `ca`, presenting `identity` (certificate, key) when given.
+fn https_client(ca: &std::path::Path, identity: Option<(&str, &str)>) -> reqwest::Client {
+    let certs = ca.parent().unwrap();
+    let identity = identity.map(|(cert, key)| (certs.join(cert), certs.join(key)));
+    let tls = baton_raft::client_config_trusting(
+        ca,
+        identity.as_ref().map(|(c, k)| (c.as_path(), k.as_path())),
+    )
+    .unwrap();
+    reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// Issue 16: TLS on both listeners; peers verify each other's certificates in
+/// both directions (on top of the cluster secret), and every node still serves
+/// every request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_cluster_serves_https_and_peers_prove_who_they_are() {
+    let cluster = Cluster::start_tls(3, &[]).await;
+    let certs = cluster.certs.clone().unwrap();
+    // Every node takes writes: leader appends, follower-to-leader calls and
+    // the answers all cross TLS.
+    for via in 1..=3 {
+        let path = format!("/v1/locks/tls/{via}:acquire");
+        let granted = eventually(300, || {
+            let path = path.clone();
+            let cluster = &cluster;
+            async move {
+                let (status, body) = cluster.post(via, &path, json!({})).await;
+                (status == 200).then_some(body)
+            }
+        })
+        .await;
+        assert!(granted.is_some(), "no write through node {via}");
+    }
+    let api = cluster.node(1).api.clone();
+    assert!(api.starts_with("https://"));
+    // Plain HTTP on the TLS port gets no answer; neither does a client that
+    // does not trust the cluster's CA.
+    let plain = api.replace("https://", "http://");
+    let answer = reqwest::get(format!("{plain}/healthz")).await;
+    assert!(
+        answer.as_ref().map_or(true, |r| !r.status().is_success()),
+        "{answer:?}"
+    );
+    let other = tempfile::tempdir().unwrap();
+    let stranger = harness::write_certs(other.path());
+    let untrusting = https_client(&stranger.join("ca.crt"), None);
+    assert!(untrusting
+        .get(format!("{api}/healthz"))
+        .send()
+        .await
+        .is_err());
+    // The peer port requires a certificate from the peer CA, even with the
+    // right secret.
+    let raft = format!(
+        "https://127.0.0.1:{}/raft/status",
+        cluster.node(1).raft_port
+    );
+    let anonymous = https_client(&certs.join("ca.crt"), None);
+    let refused = anonymous
+        .get(&raft)
+        .header("baton-cluster-secret", harness::SECRET)
+        .send()
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    let peer = https_client(&certs.join("ca.crt"), Some(("node.crt", "node.key")));
+    let status = peer
+        .get(&raft)
+        .header("baton-cluster-secret", harness::SECRET)
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 200);
+}
+
+/// Issue 16: a client certificate from `--tls-client-ca` stands for the
+/// principal whose `certificates` name it, with that principal's rights.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_its_principal() {
+    let auth = tempfile::tempdir().unwrap();
+    let auth_file = auth.path().join("auth.yaml");
+    std::fs::write(
+        &auth_file,
+        "principals:\n  - name: billing\n    role: client\n    certificates: [\"billing.client\"]\n    locks: [\"billing/\"]\n",
+    )
+    .unwrap();
+    let auth_arg = auth_file.display().to_string();
+    let cluster = Cluster::start_tls(1, &["--auth-file", &auth_arg]).await;
+    let certs = cluster.certs.clone().unwrap();
+    let api = cluster.node(1).api.clone();
+    let billing = https_client(
+        &certs.join("ca.crt"),
+        Some(("billing.client.crt", "billing.client.key")),
+    );
+    let acquire = |client: &reqwest::Client, name: &str| {
+        client
+            .post(format!("{api}/v1/locks/{name}:acquire"))
+            .json(&json!({}))
+            .send()
+    };
+    let granted = acquire(&billing, "billing/nightly").await.unwrap();
+    assert_eq!(granted.status(), 200);
+    let forbidden = acquire(&billing, "payroll/run").await.unwrap();
+    assert_eq!(forbidden.status(), 403);
+    // The node certificate is valid (same CA) but names no principal: 401, as
+    // is no certificate and no token.
+    let node_cert = https_client(&certs.join("ca.crt"), Some(("node.crt", "node.key")));
+    assert_eq!(
+        acquire(&node_cert, "billing/x").await.unwrap().status(),
+        401
+    );
+    let nobody = https_client(&certs.join("ca.crt"), None);
+    assert_eq!(acquire(&nobody, "billing/x").await.unwrap().status(), 401);
+}
+
+/// Issue 16: renewed certificate files are served without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewed_certificates_are_served_without_a_restart() {
+    let cluster = Cluster::start_tls(1, &[]).await;
+    let certs = cluster.certs.clone().unwrap();
+    let url = format!("{}/healthz", cluster.node(1).api);
+    let old_ca = https_client(&certs.join("ca.crt"), None);
+    assert!(old_ca.get(&url).send().await.is_ok());
+    // A new CA and node certificate replace the files in place (as a
+    // Kubernetes Secret update does).
+    let renewal = tempfile::tempdir().unwrap();
+    let renewed = harness::write_certs(renewal.path());
+    let old_ca_file = renewal.path().join("old-ca.crt");
+    std::fs::copy(certs.join("ca.crt"), &old_ca_file).unwrap();
+    for file in ["node.crt", "node.key", "ca.crt"] {
+        std::fs::copy(renewed.join(file), certs.join(format!("{file}.new"))).unwrap();
+        std::fs::rename(certs.join(format!("{file}.new")), certs.join(file)).unwrap();
+    }
+    let new_ca = https_client(&renewed.join("ca.crt"), None);
+    let served = eventually(150, || {
+        let (new_ca, url) = (&new_ca, &url);
+        async move { new_ca.get(url).send().await.ok().map(|_| ()) }
+    })
+    .await;
+    assert!(served.is_some(), "the renewed certificate was never served");
+    // A new connection (the old client's pooled one predates the renewal).
+    let old_ca = https_client(&old_ca_file, None);
+    assert!(
+        old_ca.get(&url).send().await.is_err(),
+        "the old certificate is no longer served"
+    );
+}

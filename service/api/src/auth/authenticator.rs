@@ -1,13 +1,15 @@
 //! The loaded auth file, its reloads, and deciding who a request is.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::HttpRequest;
+use tokio::sync::watch;
 
-use super::caller::Caller;
-use super::policy::{AuthPolicy, EndpointAccess};
+use super::caller::{Caller, Credential};
+use super::policy::{token_digest, AuthPolicy, EndpointAccess};
+use crate::disconnect::ClientCertificate;
 
 /// Why the auth file could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -61,11 +63,16 @@ enum Guard {
     Principal,
 }
 
+/// A policy and the file bytes it was parsed from.
+type Loaded = (Arc<AuthPolicy>, Vec<u8>);
+
 /// The auth file in force. Reloaded in place: requests in flight keep the policy
-/// they started with.
+/// they started with, and long-lived ones [`Authenticator::subscribe`] to hear of
+/// reloads.
 pub struct Authenticator {
     path: PathBuf,
-    policy: RwLock<(Arc<AuthPolicy>, Vec<u8>)>,
+    // A watch channel rather than a lock: streams wait on it for reloads.
+    policy: watch::Sender<Loaded>,
 }
 
 impl Authenticator {
@@ -75,31 +82,31 @@ impl Authenticator {
         let (policy, bytes) = read_policy(path)?;
         Ok(Authenticator {
             path: path.to_owned(),
-            policy: RwLock::new((Arc::new(policy), bytes)),
+            policy: watch::Sender::new((Arc::new(policy), bytes)),
         })
     }
 
     /// The policy in force.
     pub fn policy(&self) -> Arc<AuthPolicy> {
-        match self.policy.read() {
-            Ok(guard) => guard.0.clone(),
-            Err(poisoned) => poisoned.into_inner().0.clone(),
-        }
+        self.policy.borrow().0.clone()
+    }
+
+    /// A receiver that changes whenever a reload puts a different file in force.
+    pub fn subscribe(&self) -> watch::Receiver<(Arc<AuthPolicy>, Vec<u8>)> {
+        self.policy.subscribe()
     }
 
     /// Re-reads the file. On success the new policy is in force and `Ok(true)`
     /// says it changed; on error the old one stays.
     pub fn reload(&self) -> Result<bool, AuthError> {
         let (policy, bytes) = read_policy(&self.path)?;
-        let mut guard = match self.policy.write() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if guard.1 == bytes {
-            return Ok(false);
-        }
-        *guard = (Arc::new(policy), bytes);
-        Ok(true)
+        Ok(self.policy.send_if_modified(|loaded| {
+            if loaded.1 == bytes {
+                return false;
+            }
+            *loaded = (Arc::new(policy), bytes);
+            true
+        }))
     }
 
     /// Reloads on SIGHUP and whenever the file's contents change (checked every
@@ -141,17 +148,32 @@ impl Authenticator {
         if matches!(guard, Guard::Open | Guard::Endpoint(EndpointAccess::Open)) {
             return Ok(None);
         }
-        let Some(token) = bearer_token(request)? else {
-            if matches!(guard, Guard::Membership) {
-                // The handler accepts the cluster secret instead.
-                return Ok(Some(Caller::unidentified()));
+        let caller = match bearer_token(request)? {
+            Some(token) => {
+                let digest = token_digest(token);
+                let Some(index) = policy.identify_digest(&digest) else {
+                    return Err(Refusal::Unauthenticated("the bearer token is not valid"));
+                };
+                Caller::principal(policy, index, Credential::Token(digest))
             }
-            return Err(Refusal::Unauthenticated(super::caller::NO_TOKEN));
+            None => match request.conn_data::<ClientCertificate>() {
+                // A verified client certificate stands for a token.
+                Some(certificate) => {
+                    let Some(index) = policy.identify_certificate(&certificate.0) else {
+                        return Err(Refusal::Unauthenticated(
+                            "the client certificate is valid but names no principal of the auth file",
+                        ));
+                    };
+                    let credential = Credential::Certificate(Arc::new(certificate.0.clone()));
+                    Caller::principal(policy, index, credential)
+                }
+                None if matches!(guard, Guard::Membership) => {
+                    // The handler accepts the cluster secret instead.
+                    return Ok(Some(Caller::unidentified()));
+                }
+                None => return Err(Refusal::Unauthenticated(super::caller::NO_TOKEN)),
+            },
         };
-        let Some(index) = policy.identify_index(token) else {
-            return Err(Refusal::Unauthenticated("the bearer token is not valid"));
-        };
-        let caller = Caller::principal(policy, index);
         if matches!(guard, Guard::Endpoint(EndpointAccess::Admin)) && !caller.is_admin() {
             return Err(Refusal::Forbidden(format!(
                 "{} needs an admin principal",

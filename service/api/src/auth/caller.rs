@@ -5,10 +5,12 @@ use std::sync::Arc;
 
 use actix_web::dev::Payload;
 use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
-use baton_core::{Command, LeaseId};
+use baton_core::{Command, LeaseId, Quota};
+use rustls::pki_types::CertificateDer;
 
 use super::policy::{AuthPolicy, Kind, Principal};
 use crate::error::ApiError;
+use crate::rate_limit::RateLimit;
 use crate::state::ApiState;
 
 #[derive(Clone)]
@@ -18,8 +20,28 @@ enum Who {
     /// Auth is on and the request carried no token (membership requests, which
     /// may bring the cluster secret instead): refused everything else.
     Unidentified,
-    /// Auth is on: this principal of this policy.
-    Principal(Arc<AuthPolicy>, usize),
+    /// Auth is on: this principal of this policy, identified by this
+    /// credential (kept to judge the caller again after the file is reloaded).
+    Principal(Arc<AuthPolicy>, usize, Credential),
+}
+
+/// What identified a principal.
+#[derive(Clone)]
+pub enum Credential {
+    /// A bearer token, as its SHA-256 digest.
+    Token([u8; 32]),
+    /// A client certificate verified by the TLS handshake.
+    Certificate(Arc<CertificateDer<'static>>),
+}
+
+impl Credential {
+    /// The principal `policy` gives this credential.
+    fn identify(&self, policy: &AuthPolicy) -> Option<usize> {
+        match self {
+            Credential::Token(digest) => policy.identify_digest(digest),
+            Credential::Certificate(certificate) => policy.identify_certificate(certificate),
+        }
+    }
 }
 
 /// The caller of a request: extract it in a handler, then ask it before acting.
@@ -37,9 +59,26 @@ impl Caller {
         Caller(Who::Unidentified)
     }
 
-    /// The principal at `index` of `policy`.
-    pub fn principal(policy: Arc<AuthPolicy>, index: usize) -> Caller {
-        Caller(Who::Principal(policy, index))
+    /// The principal at `index` of `policy`, identified by `credential`.
+    pub fn principal(policy: Arc<AuthPolicy>, index: usize, credential: Credential) -> Caller {
+        Caller(Who::Principal(policy, index, credential))
+    }
+
+    /// Whether `policy`, a reloaded auth file, still gives this caller's token
+    /// the same principal with the same rights. Long-lived requests (watch
+    /// streams) end when it does not: a revoked token or a narrowed prefix must
+    /// not keep a stream open.
+    pub fn still_valid_under(&self, policy: &AuthPolicy) -> bool {
+        match &self.0 {
+            Who::Anyone => true,
+            Who::Unidentified => false,
+            Who::Principal(old, index, credential) => {
+                let now = credential
+                    .identify(policy)
+                    .and_then(|i| policy.principals.get(i));
+                now.is_some() && now == old.principals.get(*index)
+            }
+        }
     }
 
     /// The caller the auth layer recorded for `request`. A request that reached
@@ -60,7 +99,7 @@ impl Caller {
 
     fn principal_ref(&self) -> Option<&Principal> {
         match &self.0 {
-            Who::Principal(policy, index) => policy.principals.get(*index),
+            Who::Principal(policy, index, _) => policy.principals.get(*index),
             _ => None,
         }
     }
@@ -133,12 +172,37 @@ impl Caller {
     }
 
     /// `command` as this caller sends it: the state machine records and checks
-    /// lease ownership for a principal. An unidentified caller (auth on, no
-    /// principal) may send nothing.
-    pub fn command(&self, command: Command) -> Result<Command, ApiError> {
+    /// lease ownership for a principal, and judges it by the caller's quota
+    /// (`defaults` with the principal's overrides). An unidentified caller (auth
+    /// on, no principal) may send nothing.
+    pub fn command(&self, command: Command, defaults: &Quota) -> Result<Command, ApiError> {
         match &self.0 {
             Who::Unidentified => Err(no_token()),
-            _ => Ok(command.by(self.name())),
+            _ => Ok(command.within(self.name(), self.quota(defaults))),
+        }
+    }
+
+    /// The caps this caller is judged by: `defaults`, with a principal's
+    /// overrides from the auth file.
+    pub fn quota(&self, defaults: &Quota) -> Quota {
+        match self.principal_ref() {
+            Some(principal) => principal.quota.apply(defaults),
+            None => *defaults,
+        }
+    }
+
+    /// The request rate this caller may use on this node: the principal's
+    /// override, else `default`.
+    pub fn rate(&self, default: RateLimit) -> RateLimit {
+        match self.principal_ref() {
+            Some(principal) => RateLimit {
+                per_second: principal
+                    .quota
+                    .requests_per_second
+                    .unwrap_or(default.per_second),
+                burst: principal.quota.burst.unwrap_or(default.burst),
+            },
+            None => default,
         }
     }
 
@@ -171,8 +235,9 @@ pub fn require_admin_or_secret(state: &ApiState, http: &HttpRequest) -> Result<(
     if caller.is_admin() {
         return Ok(());
     }
-    let secret = state.node.config().cluster_secret.as_deref();
-    if secret.is_some() && baton_raft::secret_matches(http, secret) {
+    let config = state.node.config();
+    let secret = config.cluster_secret.as_deref();
+    if secret.is_some() && baton_raft::secret_matches(http, &config.accepted_secrets()) {
         return Ok(());
     }
     if secret.is_none() && state.auth.is_none() {

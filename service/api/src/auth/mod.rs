@@ -12,5 +12,7 @@ mod policy;
 
 pub use authenticator::{AuthError, Authenticator, Refusal};
 pub(crate) use caller::NO_TOKEN;
-pub use caller::{require_admin_or_secret, Caller};
-pub use policy::{hash_token, AuthPolicy, EndpointAccess, Kind, Principal, Role};
+pub use caller::{require_admin_or_secret, Caller, Credential};
+pub use policy::{
+    hash_token, token_digest, AuthPolicy, EndpointAccess, Kind, Principal, QuotaOverrides, Role,
+};

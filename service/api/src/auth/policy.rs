@@ -1,5 +1,6 @@
 //! The auth file's contents: principals, their token digests, roles and prefixes.
 
+use rustls::pki_types::{CertificateDer, ServerName};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -49,7 +50,7 @@ pub enum EndpointAccess {
 }
 
 /// One principal of the auth file.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Principal {
     /// Its name: owner of the leases it creates, shown in logs (never its token).
@@ -60,6 +61,11 @@ pub struct Principal {
     /// (several, so that a token can be rotated without downtime).
     #[serde(default)]
     pub tokens: Vec<String>,
+    /// Names (DNS names or IP addresses) of client certificates that identify
+    /// it (`--tls-client-ca`): a certificate valid for one of them, by its
+    /// subject alternative names, is this principal.
+    #[serde(default)]
+    pub certificates: Vec<String>,
     /// Lock-name prefixes it may use (`""` is every name).
     #[serde(default)]
     pub locks: Vec<String>,
@@ -72,6 +78,44 @@ pub struct Principal {
     /// Name prefixes whose events it may stream from `/v1/watch`.
     #[serde(default)]
     pub watch: Vec<String>,
+    /// Its own caps, where they differ from the node's `--max-*` flags.
+    #[serde(default)]
+    pub quota: QuotaOverrides,
+}
+
+/// A principal's caps that replace the node's defaults; unset ones keep them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaOverrides {
+    /// Most live leases it owns.
+    pub leases: Option<u64>,
+    /// Most held locks, leaderships and names on its leases.
+    pub holdings: Option<u64>,
+    /// Most queued requests on its leases.
+    pub waiters: Option<u64>,
+    /// Most idempotency keys it has remembered at a time.
+    pub idempotency_keys: Option<u64>,
+    /// Requests per second it may send to one node (token bucket); 0 for no limit.
+    pub requests_per_second: Option<u32>,
+    /// Requests it may send at once after a quiet spell (the bucket's size).
+    pub burst: Option<u32>,
+}
+
+impl QuotaOverrides {
+    /// `defaults` with these overrides applied.
+    pub fn apply(&self, defaults: &baton_core::Quota) -> baton_core::Quota {
+        baton_core::Quota {
+            max_leases: defaults.max_leases,
+            max_leases_per_principal: self.leases.unwrap_or(defaults.max_leases_per_principal),
+            max_holdings_per_principal: self
+                .holdings
+                .unwrap_or(defaults.max_holdings_per_principal),
+            max_waiters_per_principal: self.waiters.unwrap_or(defaults.max_waiters_per_principal),
+            max_idempotency_keys_per_principal: self
+                .idempotency_keys
+                .unwrap_or(defaults.max_idempotency_keys_per_principal),
+        }
+    }
 }
 
 impl Principal {
@@ -170,6 +214,9 @@ pub struct AuthPolicy {
     /// Token digests, decoded, with the index of their principal.
     #[serde(skip)]
     digests: Vec<([u8; 32], usize)>,
+    /// Certificate names, parsed, with the index of their principal.
+    #[serde(skip)]
+    certificate_names: Vec<(ServerName<'static>, usize)>,
 }
 
 impl AuthPolicy {
@@ -180,6 +227,7 @@ impl AuthPolicy {
         let mut policy: AuthPolicy =
             serde_yaml_ng::from_str(text).map_err(|error| error.to_string())?;
         let mut digests: Vec<([u8; 32], usize)> = Vec::new();
+        let mut certificate_names: Vec<(ServerName<'static>, usize)> = Vec::new();
         for (index, principal) in policy.principals.iter().enumerate() {
             if principal.name.is_empty() || principal.name.len() > 128 {
                 return Err("a principal's name must be 1 to 128 bytes".into());
@@ -206,9 +254,35 @@ impl AuthPolicy {
                 }
                 digests.push((digest, index));
             }
+            for name in &principal.certificates {
+                let parsed = ServerName::try_from(name.clone()).map_err(|_| {
+                    format!(
+                        "principal '{}': certificate name '{name}' is not a DNS name or IP address",
+                        principal.name
+                    )
+                })?;
+                if certificate_names.iter().any(|(n, _)| *n == parsed) {
+                    return Err(format!(
+                        "principal '{}': certificate name '{name}' appears twice",
+                        principal.name
+                    ));
+                }
+                certificate_names.push((parsed, index));
+            }
         }
         policy.digests = digests;
+        policy.certificate_names = certificate_names;
         Ok(policy)
+    }
+
+    /// The principal a client certificate (verified by the TLS handshake)
+    /// identifies: the first whose certificate names the certificate is valid for.
+    pub fn identify_certificate(&self, certificate: &CertificateDer<'_>) -> Option<usize> {
+        let certificate = webpki::EndEntityCert::try_from(certificate).ok()?;
+        self.certificate_names
+            .iter()
+            .find(|(name, _)| certificate.verify_is_valid_for_subject_name(name).is_ok())
+            .map(|(_, index)| *index)
     }
 
     /// The principal whose token this is, comparing every digest in constant time
@@ -220,16 +294,27 @@ impl AuthPolicy {
 
     /// As [`AuthPolicy::identify`], the principal's index in [`AuthPolicy::principals`].
     pub fn identify_index(&self, token: &str) -> Option<usize> {
+        self.identify_digest(&token_digest(token))
+    }
+
+    /// As [`AuthPolicy::identify_index`], for a token already hashed with
+    /// [`token_digest`] (a request keeps the digest, never the token, to be judged
+    /// again after a reload).
+    pub fn identify_digest(&self, presented: &[u8; 32]) -> Option<usize> {
         use subtle::ConstantTimeEq;
-        let presented: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let mut found = None;
         for (digest, index) in &self.digests {
-            if bool::from(digest.ct_eq(&presented)) {
+            if bool::from(digest.ct_eq(presented)) {
                 found = Some(*index);
             }
         }
         found
     }
+}
+
+/// The SHA-256 digest of a bearer token, as the auth file stores it (decoded).
+pub fn token_digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
 }
 
 /// The digest to put in an auth file for `token`: `sha256:<hex>`.

@@ -392,3 +392,180 @@ async fn an_admin_force_releases_a_holding_and_nobody_else_may() {
     .await;
     assert_eq!(gone.status, 404);
 }
+
+/// Issue 16: quotas per principal, from the auth file over the node's flags.
+#[actix_web::test]
+async fn a_principal_past_its_quota_gets_429_with_the_limit_and_others_do_not() {
+    let node = start_node().await;
+    // billing may own two leases (its own entry), everyone hold three things.
+    let yaml = auth_file().replace(
+        "    watch: [\"billing/\"]\n",
+        "    watch: [\"billing/\"]\n    quota: {leases: 2}\n",
+    );
+    assert_ne!(yaml, auth_file());
+    let settings = baton_api::ApiSettings {
+        quota: baton_core::Quota {
+            max_holdings_per_principal: 3,
+            ..baton_core::Quota::default()
+        },
+        ..crate::support::state(&node).settings
+    };
+    let (app, _, _) = crate::support::app_with_auth_and(&node, &yaml, settings).await;
+    let call = |token: &str, request: TestRequest| send(&app, bearer(request, token));
+    let new_lease = || {
+        TestRequest::post()
+            .uri("/v1/leases")
+            .set_json(json!({"ttl_ms": 10_000}))
+    };
+    let mut leases = Vec::new();
+    for _ in 0..2 {
+        let created = call(BILLING_TOKEN, new_lease()).await;
+        assert_eq!(created.status, 201, "{:?}", created.body);
+        leases.push(created.body["lease_id"].as_str().unwrap().to_owned());
+    }
+    let refused = call(BILLING_TOKEN, new_lease()).await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (429, "quota_exceeded"),
+        "{:?}",
+        refused.body
+    );
+    assert_eq!(refused.body["limit"], 2, "{:?}", refused.body);
+    assert!(
+        refused.header("retry-after").is_none(),
+        "waiting does not help"
+    );
+    // An acquire that would make its own lease is a third lease too.
+    let refused = call(
+        BILLING_TOKEN,
+        TestRequest::post()
+            .uri("/v1/locks/billing/a:acquire")
+            .set_json(json!({})),
+    )
+    .await;
+    assert_eq!(
+        (refused.status, refused.body["limit"].as_u64()),
+        (429, Some(2))
+    );
+    // payroll has the node's default.
+    for _ in 0..3 {
+        assert_eq!(call(PAYROLL_TOKEN, new_lease()).await.status, 201);
+    }
+    // Holdings: three per principal (the node's flag), over all its leases.
+    for (i, name) in ["billing/a", "billing/b", "shared/c"].iter().enumerate() {
+        let granted = call(
+            BILLING_TOKEN,
+            TestRequest::post()
+                .uri(&format!("/v1/locks/{name}:acquire"))
+                .set_json(json!({"lease_id": leases[i % 2]})),
+        )
+        .await;
+        assert_eq!(granted.status, 200, "{:?}", granted.body);
+    }
+    let refused = call(
+        BILLING_TOKEN,
+        TestRequest::post()
+            .uri("/v1/locks/billing/d:acquire")
+            .set_json(json!({"lease_id": leases[0]})),
+    )
+    .await;
+    assert_eq!(
+        (
+            refused.status,
+            refused.code(),
+            refused.body["limit"].as_u64()
+        ),
+        (429, "quota_exceeded", Some(3)),
+        "{:?}",
+        refused.body
+    );
+    // Revoking a lease gives its places back.
+    let revoked = call(
+        BILLING_TOKEN,
+        TestRequest::delete().uri(&format!("/v1/leases/{}", leases[1])),
+    )
+    .await;
+    assert_eq!(revoked.status, 200);
+    assert_eq!(call(BILLING_TOKEN, new_lease()).await.status, 201);
+}
+
+/// Issue 16: a token bucket per principal on each node.
+#[actix_web::test]
+async fn a_principal_over_its_request_rate_gets_429_with_retry_after() {
+    let node = start_node().await;
+    let settings = baton_api::ApiSettings {
+        // One request a minute after a burst of two: the test never refills.
+        rate: baton_api::rate_limit::RateLimit {
+            per_second: 1,
+            burst: 2,
+        },
+        ..crate::support::state(&node).settings
+    };
+    let yaml = auth_file().replace(
+        "    locks: [\"payroll/\", \"shared/\"]\n",
+        "    locks: [\"payroll/\", \"shared/\"]\n    quota: {requests_per_second: 0}\n",
+    );
+    assert_ne!(yaml, auth_file());
+    let (app, _, _) = crate::support::app_with_auth_and(&node, &yaml, settings).await;
+    let list = |token: &str| send(&app, bearer(TestRequest::get().uri("/v1/locks"), token));
+    assert_eq!(list(BILLING_TOKEN).await.status, 200);
+    assert_eq!(list(BILLING_TOKEN).await.status, 200);
+    let refused = list(BILLING_TOKEN).await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (429, "quota_exceeded"),
+        "{:?}",
+        refused.body
+    );
+    assert_eq!(refused.body["limit"], 1);
+    let after: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=2).contains(&after), "Retry-After {after}");
+    // Others have their own bucket; payroll's entry lifts the limit; health
+    // and the static pages are never limited.
+    assert_eq!(list(ADMIN_TOKEN).await.status, 200);
+    for _ in 0..5 {
+        assert_eq!(list(PAYROLL_TOKEN).await.status, 200);
+    }
+    assert_eq!(
+        send(&app, TestRequest::get().uri("/healthz")).await.status,
+        200
+    );
+    assert_eq!(
+        send(&app, TestRequest::get().uri("/openapi.json"))
+            .await
+            .status,
+        200
+    );
+}
+
+/// With auth off the cluster-wide lease cap still holds.
+#[actix_web::test]
+async fn the_cluster_wide_lease_cap_holds_with_auth_off() {
+    let node = start_node().await;
+    let settings = baton_api::ApiSettings {
+        quota: baton_core::Quota {
+            max_leases: 2,
+            ..baton_core::Quota::default()
+        },
+        ..crate::support::state(&node).settings
+    };
+    let app = crate::support::app_with(&node, settings).await;
+    let new_lease = || {
+        TestRequest::post()
+            .uri("/v1/leases")
+            .set_json(json!({"ttl_ms": 10_000}))
+    };
+    assert_eq!(send(&app, new_lease()).await.status, 201);
+    assert_eq!(send(&app, new_lease()).await.status, 201);
+    let refused = send(&app, new_lease()).await;
+    assert_eq!(
+        (
+            refused.status,
+            refused.code(),
+            refused.body["limit"].as_u64()
+        ),
+        (429, "quota_exceeded", Some(2)),
+        "{:?}",
+        refused.body
+    );
+}

@@ -45,8 +45,10 @@ pub fn state(node: &TestNode) -> ApiState {
         settings: ApiSettings {
             default_ttl_ms: 5_000,
             max_wait_ms: 60_000,
+            ..ApiSettings::default()
         },
         auth: None,
+        rate_limiter: Default::default(),
     }
 }
 
@@ -54,6 +56,18 @@ pub async fn app(
     node: &TestNode,
 ) -> impl Service<Request, Response = ServiceResponse, Error = Error> {
     test::init_service(App::new().configure(configure(state(node)))).await
+}
+
+/// A node's routes with auth off and these API settings.
+pub async fn app_with(
+    node: &TestNode,
+    settings: ApiSettings,
+) -> impl Service<Request, Response = ServiceResponse, Error = Error> {
+    let state = ApiState {
+        settings,
+        ..state(node)
+    };
+    test::init_service(App::new().configure(configure(state))).await
 }
 
 pub struct Reply {
@@ -165,11 +179,25 @@ pub async fn app_with_auth(
     Arc<baton_api::auth::Authenticator>,
     std::path::PathBuf,
 ) {
+    app_with_auth_and(node, yaml, state(node).settings).await
+}
+
+/// As [`app_with_auth`], with these API settings (quotas, rate limits).
+pub async fn app_with_auth_and(
+    node: &TestNode,
+    yaml: &str,
+    settings: ApiSettings,
+) -> (
+    impl Service<Request, Response = ServiceResponse, Error = Error>,
+    Arc<baton_api::auth::Authenticator>,
+    std::path::PathBuf,
+) {
     let path = node.dir.path().join("auth.yaml");
     std::fs::write(&path, yaml).unwrap();
     let auth = Arc::new(baton_api::auth::Authenticator::load(&path).unwrap());
     let state = ApiState {
         auth: Some(auth.clone()),
+        settings,
         ..state(node)
     };
     let app = test::init_service(App::new().configure(configure(state))).await;

@@ -137,6 +137,8 @@ pub struct Cluster {
     pub client: reqwest::Client,
     /// Extra `serve` flags for every node.
     pub extra: Vec<String>,
+    /// With TLS: the directory of `baton dev certs` (ca.crt, node.crt, ...).
+    pub certs: Option<PathBuf>,
 }
 
 impl Drop for Cluster {
@@ -158,13 +160,26 @@ impl Drop for Cluster {
 impl Cluster {
     /// Starts `n` voters with static `--peers` and waits until every node is ready.
     pub async fn start(n: u64, extra: &[&str]) -> Cluster {
+        Cluster::start_with(n, extra, false).await
+    }
+
+    /// As [`Cluster::start`], with TLS on both listeners of every node and peers
+    /// verifying each other (certificates from `baton dev certs`, including a
+    /// client certificate for `billing.client`).
+    pub async fn start_tls(n: u64, extra: &[&str]) -> Cluster {
+        Cluster::start_with(n, extra, true).await
+    }
+
+    async fn start_with(n: u64, extra: &[&str], tls: bool) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
+        let certs = tls.then(|| write_certs(dir.path()));
+        let scheme = if tls { "https" } else { "http" };
         let mut nodes = Vec::new();
         for id in 1..=n {
             let api_port = free_port();
             nodes.push(NodeProc {
                 id,
-                api: format!("http://127.0.0.1:{api_port}"),
+                api: format!("{scheme}://127.0.0.1:{api_port}"),
                 api_port,
                 raft_port: free_port(),
                 data: dir.path().join(format!("node-{id}")),
@@ -175,21 +190,38 @@ impl Cluster {
         }
         let peers = nodes
             .iter()
-            .map(|n| format!("{}=http://127.0.0.1:{}", n.id, n.raft_port))
+            .map(|n| format!("{}={scheme}://127.0.0.1:{}", n.id, n.raft_port))
             .collect::<Vec<_>>()
             .join(",");
         for node in &mut nodes {
             node.membership_args = vec!["--peers".into(), peers.clone()];
         }
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .unwrap();
+        let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(30));
+        let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        match &certs {
+            Some(certs) => {
+                let trust =
+                    baton_raft::client_config_trusting(&certs.join("ca.crt"), None).unwrap();
+                builder = builder.use_preconfigured_tls(trust);
+                for (flag, file) in [
+                    ("--tls-cert", "node.crt"),
+                    ("--tls-key", "node.key"),
+                    ("--tls-peer-ca", "ca.crt"),
+                    ("--tls-client-ca", "ca.crt"),
+                ] {
+                    extra.push(flag.into());
+                    extra.push(certs.join(file).display().to_string());
+                }
+            }
+            None => extra.push("--insecure-plaintext-peers".into()),
+        }
+        let client = builder.build().unwrap();
         let mut cluster = Cluster {
             nodes,
             dir,
             client,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+            extra,
+            certs,
         };
         for id in 1..=n {
             cluster.spawn(id);
@@ -205,9 +237,14 @@ impl Cluster {
         let id = self.nodes.len() as u64 + 1;
         let api_port = free_port();
         let join = self.node(via).api.clone();
+        let scheme = if self.certs.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         self.nodes.push(NodeProc {
             id,
-            api: format!("http://127.0.0.1:{api_port}"),
+            api: format!("{scheme}://127.0.0.1:{api_port}"),
             api_port,
             raft_port: free_port(),
             data: self.dir.path().join(format!("node-{id}")),
@@ -402,6 +439,26 @@ impl Cluster {
             .and_then(|value| value.trim().parse().ok())
             .unwrap_or_else(|| panic!("no metric {name}"))
     }
+}
+
+/// Writes a test CA, a node certificate for 127.0.0.1 and a client certificate
+/// for `billing.client` with `baton dev certs`; returns their directory.
+pub fn write_certs(dir: &std::path::Path) -> PathBuf {
+    let certs = dir.join("certs");
+    let status = Command::new(baton_bin())
+        .args(["dev", "certs", "--out"])
+        .arg(&certs)
+        .args([
+            "--node-names",
+            "localhost,127.0.0.1",
+            "--clients",
+            "billing.client",
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "baton dev certs failed");
+    certs
 }
 
 /// A request to `base`: (status, JSON body or Null). Transport errors are 0.
