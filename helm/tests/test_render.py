@@ -289,7 +289,7 @@ def test_tls_when_enabled(chart, client_ca):
 
 def test_otel_env_only_when_set(chart):
     names = set(env(voter(render(chart))))
-    assert names == {"POD_NAME", "BATON_CLUSTER_SECRET"}
+    assert names == {"POD_NAME", "BATON_CLUSTER_SECRET", "BATON_ACCEPT_CLUSTER_SECRET"}
     otel = {"endpoint": "http://collector.obs:4317", "serviceName": "baton", "sampler": "parentbased_traceidratio",
             "samplerArg": "0.25", "protocol": "grpc", "resourceAttributes": "deployment.environment=prod"}
     got = {k: v.get("value") for k, v in env(voter(render(chart, {"otel": otel}))).items()}
@@ -300,7 +300,8 @@ def test_otel_env_only_when_set(chart):
     assert got["OTEL_EXPORTER_OTLP_PROTOCOL"] == "grpc"
     assert got["OTEL_RESOURCE_ATTRIBUTES"] == "deployment.environment=prod"
     only_endpoint = set(env(voter(render(chart, {"otel": {"endpoint": "http://c:4317"}}))))
-    assert only_endpoint == {"POD_NAME", "BATON_CLUSTER_SECRET", "OTEL_EXPORTER_OTLP_ENDPOINT"}
+    assert only_endpoint == {"POD_NAME", "BATON_CLUSTER_SECRET", "BATON_ACCEPT_CLUSTER_SECRET",
+                             "OTEL_EXPORTER_OTLP_ENDPOINT"}
 
 
 def test_extra_args_and_env(chart):
