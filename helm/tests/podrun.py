@@ -11,8 +11,9 @@ start it, with every cluster address moved onto 127.0.0.1.
   port P; `<service>.<ns>.svc.<domain>:P` becomes a backing pod's target port.
   Any other name under `.svc.<domain>` is an error: nothing may dial out.
 - Volume mount paths at the start of a value (or after `=`) become a directory
-  per (pod, volume); a Secret volume's directory holds the Secret's keys as the
-  kubelet projects them (`write_secret_volume`).
+  per (pod, volume); a Secret volume's directory holds the Secret's keys (or,
+  with `items`, only the listed ones under their `path`: `secret_volume_files`)
+  as the kubelet projects them (`write_secret_volume`).
 - The rendered binary path becomes the local binary.
 
 Only values change: a flag's name is never touched (see `flag_names`).
@@ -182,6 +183,33 @@ def localize(container: dict[str, Any], *, pod: str, namespace: str, loopback: L
 
 def ports_in(argv: list[str]) -> set[int]:
     return {int(m.group("port")) for a in argv for m in HOST_PORT.finditer(a)}
+
+
+def secret_volume_files(volume_secret: dict[str, Any], secrets: dict[str, dict[str, str]]) -> dict[str, str]:
+    """File name -> contents of a `secret:` volume source, as the kubelet shows
+    it: every key of the Secret, or with `items` only the listed keys, each under
+    its `path` (the sidecar example mounts just the CA of the TLS Secret this
+    way). A missing Secret or listed key keeps the pod from starting (an error
+    here) unless the volume is `optional`."""
+    name = volume_secret["secretName"]
+    data = secrets.get(name)
+    if data is None:
+        if volume_secret.get("optional"):
+            return {}
+        raise ValueError(f"Secret {name} is neither rendered nor given")
+    items = volume_secret.get("items")
+    if items is None:
+        return dict(data)
+    files = {}
+    for item in items:
+        if "/" in item["path"]:
+            raise ValueError(f"Secret {name}: item path {item['path']} (a subdirectory) is not emulated")
+        if item["key"] not in data:
+            if volume_secret.get("optional"):
+                continue
+            raise ValueError(f"Secret {name} has no key {item['key']} (listed in items)")
+        files[item["path"]] = data[item["key"]]
+    return files
 
 
 def write_secret_volume(path: Path, files: dict[str, str]) -> None:

@@ -217,7 +217,12 @@ def test_auth_file_from_an_existing_secret(chart):
 
 
 def test_auth_file_from_values_becomes_a_secret(chart):
+    # Every field a principal may have, certificates and quota included (the
+    # schema once refused both).
     auth_file = {"principals": [{"name": "billing", "role": "client", "tokens": [DIGEST],
+                                 "certificates": ["billing.client"],
+                                 "quota": {"leases": 10, "holdings": 20, "waiters": 5, "idempotency_keys": 100,
+                                           "requests_per_second": 50, "burst": 100},
                                  "locks": ["billing/"], "watch": ["billing/"]}],
                  "endpoints": {"metrics": "open"}}
     docs = render(chart, {"auth": {"enabled": True, "file": auth_file, "key": "policy.json",

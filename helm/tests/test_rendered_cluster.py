@@ -11,6 +11,13 @@ the way the kubelet does, with tokens made by `baton auth new-token`; then 401s,
 403s, the probes, the ServiceMonitor's scrape, membership, the sidecar, the
 `helm test` script and a token rotation through a Secret update.
 
+And with TLS on (`test_tls_*`): certificates from `baton dev certs` in the
+Secret tls.existingSecret names, projected like the auth Secret; the voters
+form one cluster over https, plain http and an untrusted CA get no answer, a
+client certificate stands for its auth-file principal, and the sidecar (plain
+http on loopback, https to the voters with the CA of its own Secret volume) and
+the `helm test` script (curl --cacert) work.
+
 Needs BATON_BIN (the `baton` binary; `make test-chart` sets it). Skipped only
 when BATON_BIN is unset; fails when it is set but not an executable file."""
 
@@ -20,8 +27,11 @@ import base64
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
+import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -31,7 +41,8 @@ from pathlib import Path
 import pytest
 
 from conftest import NAMESPACE, RELEASE, find, render
-from podrun import LOCAL_HOSTS, Loopback, flag_names, localize, ports_in, resolve_env, write_secret_volume
+from podrun import (LOCAL_HOSTS, Loopback, flag_names, localize, ports_in, resolve_env, secret_volume_files,
+                    write_secret_volume)
 
 REPLICAS = 3
 READY_TIMEOUT_S = 60
@@ -39,15 +50,16 @@ RENDERED_BINARY = "/usr/local/bin/baton"
 
 
 def exchange(method: str, url: str, body: dict | None = None, *, token: str | None = None,
-             headers: dict[str, str] | None = None, timeout: float = 5.0):
-    """(status, parsed body, response headers) of one request."""
+             headers: dict[str, str] | None = None, timeout: float = 5.0, context: ssl.SSLContext | None = None):
+    """(status, parsed body, response headers) of one request; `context` is
+    the TLS context of an https URL (urllib's default one when None)."""
     data = None if body is None else json.dumps(body).encode()
     sent = {"content-type": "application/json", **(headers or {})}
     if token is not None:
         sent["authorization"] = f"Bearer {token}"
     request = urllib.request.Request(url, data=data, method=method, headers=sent)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             status, raw, got = response.status, response.read(), response.headers
     except urllib.error.HTTPError as error:
         status, raw, got = error.code, error.read(), error.headers
@@ -62,6 +74,23 @@ def http(method: str, url: str, body: dict | None = None, timeout: float = 5.0,
          token: str | None = None) -> tuple[int, dict | str]:
     status, parsed, _ = exchange(method, url, body, token=token, timeout=timeout)
     return status, parsed
+
+
+def https(method: str, url: str, body: dict | None = None, *, context: ssl.SSLContext, timeout: float = 5.0,
+          token: str | None = None) -> tuple[int, dict | str]:
+    """http() for the TLS scenario: the context says which CA is trusted and
+    which client certificate (if any) is presented, so a test states both."""
+    assert url.startswith("https://"), url
+    status, parsed, _ = exchange(method, url, body, token=token, timeout=timeout, context=context)
+    return status, parsed
+
+
+def kubelet_probe_context() -> ssl.SSLContext:
+    """The kubelet's HTTPS probes do not verify the server's certificate."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 def baton_bin() -> str:
@@ -169,16 +198,20 @@ def rendered_cluster(chart, workdir: Path, values: dict, *, extra_secrets: dict 
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    # Secret volumes, projected as the kubelet does (a missing Secret would keep
-    # the pod from starting: here it fails the test).
-    secret_volumes = {}
-    for volume in pod_spec.get("volumes", []):
-        if "secret" in volume:
-            name = volume["secret"]["secretName"]
-            assert name in secrets, f"volume {volume['name']}: Secret {name} is neither rendered nor given"
-            secret_volumes[volume["name"]] = name
-            for pod in pods:
-                write_secret_volume(volume_dir(pod, volume["name"]), secrets[name])
+    def project_secret_volumes(spec, names) -> dict[str, str]:
+        """Secret volumes, projected as the kubelet does (a missing Secret would
+        keep the pod from starting: here it fails the test); volume -> Secret."""
+        projected = {}
+        for volume in spec.get("volumes", []):
+            if "secret" in volume:
+                name = volume["secret"]["secretName"]
+                assert name in secrets, f"volume {volume['name']}: Secret {name} is neither rendered nor given"
+                projected[volume["name"]] = name
+                for pod in names:
+                    write_secret_volume(volume_dir(pod, volume["name"]), secret_volume_files(volume["secret"], secrets))
+        return projected
+
+    secret_volumes = project_secret_volumes(pod_spec, pods)
 
     def local(container, pod):
         return localize(container, pod=pod, namespace=NAMESPACE, loopback=loopback, secrets=secrets,
@@ -189,6 +222,8 @@ def rendered_cluster(chart, workdir: Path, values: dict, *, extra_secrets: dict 
     proxy_container = next(c for c in deployment["spec"]["template"]["spec"]["initContainers"]
                            if c["name"] == "baton-proxy")
     app_pod = f"{deployment['metadata']['name']}-5d8f7c9b4-x7k2p"
+    # With TLS the proxy reads the voters' CA from the pod's own Secret volume.
+    project_secret_volumes(deployment["spec"]["template"]["spec"], [app_pod])
     proxy = local(proxy_container, app_pod)
 
     running = Pods(workdir)
@@ -196,13 +231,19 @@ def rendered_cluster(chart, workdir: Path, values: dict, *, extra_secrets: dict 
         for process in voters:
             running.start(process)
         api = {pod: loopback.port(pod, named_ports["api"]) for pod in pods}
-        # Readiness as the kubelet asks it: GET /readyz, no token.
+        # Readiness as the kubelet asks it: the rendered probe's scheme and path,
+        # no token, and (HTTPS once tls.enabled) no certificate check.
+        ready = container["readinessProbe"]["httpGet"]
+        assert named_ports.get(ready["port"], ready["port"]) == named_ports["api"], ready
+        scheme = ready["scheme"].lower()
+        context = kubelet_probe_context() if scheme == "https" else None
         waiting = set(pods)
 
         def all_ready():
             for pod in sorted(waiting):
                 try:
-                    if http("GET", f"http://127.0.0.1:{api[pod]}/readyz", timeout=1)[0] == 200:
+                    url = f"{scheme}://127.0.0.1:{api[pod]}{ready['path']}"
+                    if exchange("GET", url, timeout=1, context=context)[0] == 200:
                         waiting.discard(pod)
                 except OSError:
                     pass
@@ -556,8 +597,19 @@ def run_helm_test_pod(c, secrets) -> subprocess.CompletedProcess:
     env = {k: c["loopback"].rewrite(v, pod["metadata"]["name"]) for k, v in env.items()}
     env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
     assert container["command"][:2] == ["/bin/sh", "-c"]
-    return subprocess.run([shell, "-c", container["command"][2]], env=env, capture_output=True, text=True,
-                          timeout=60)
+    script = container["command"][2]
+    # With TLS the script names files of its Secret volume (curl --cacert ...):
+    # each mount becomes a local directory holding the projected Secret.
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes", [])}
+    for mount in container.get("volumeMounts", []):
+        source = volumes[mount["name"]]
+        assert "secret" in source, f"volume {mount['name']}: only Secret volumes are emulated"
+        local_dir = c["workdir"] / pod["metadata"]["name"] / "volumes" / mount["name"]
+        write_secret_volume(local_dir, secret_volume_files(source["secret"], secrets))
+        mount_path = re.escape(mount["mountPath"].rstrip("/"))
+        script = re.sub(rf"(?<=\s){mount_path}(?=/)", str(local_dir), script)
+        assert mount["mountPath"] not in script, script
+    return subprocess.run([shell, "-c", script], env=env, capture_output=True, text=True, timeout=60)
 
 
 def test_auth_helm_test_pod_passes_with_its_token(auth_cluster):
@@ -648,3 +700,187 @@ def test_secret_volume_projection(tmp_path):
     assert (vol / "auth.yaml").read_text() == "two"
     assert os.readlink(vol / "..data") != first and not (vol / first).exists()
     assert sorted(p.name for p in vol.iterdir() if not p.name.startswith("..")) == ["auth.yaml"]
+
+
+def test_secret_volume_items():
+    """secret_volume_files in isolation: `items` projects only the listed keys
+    under their path (the sidecar example's CA volume); without it, every key."""
+    secrets = {"tls": {"tls.crt": "cert", "tls.key": "key", "ca.crt": "ca"}}
+    assert secret_volume_files({"secretName": "tls"}, secrets) == secrets["tls"]
+    assert secret_volume_files({"secretName": "tls", "items": [{"key": "ca.crt", "path": "root.pem"}]},
+                               secrets) == {"root.pem": "ca"}
+    with pytest.raises(ValueError):
+        secret_volume_files({"secretName": "tls", "items": [{"key": "nope", "path": "x"}]}, secrets)
+    with pytest.raises(ValueError):
+        secret_volume_files({"secretName": "absent"}, secrets)
+    assert secret_volume_files({"secretName": "absent", "optional": True}, secrets) == {}
+
+
+# --- TLS on: https on both ports from tls.existingSecret, client certificates ---
+# --- mapped to principals of the rendered auth file ---
+
+TLS_SECRET = "baton-tls"
+
+
+def dev_certs(binary: str, out: Path, clients: list[str]) -> Path:
+    """`baton dev certs` into `out`: a CA, a node certificate valid for the
+    loopback address every cluster name is rewritten to, and client certificates."""
+    subprocess.run([binary, "dev", "certs", "--out", str(out), "--node-names", "localhost,127.0.0.1",
+                    "--clients", ",".join(clients)], capture_output=True, text=True, timeout=30, check=True)
+    return out
+
+
+def trusting(ca: Path, client: Path | None = None) -> ssl.SSLContext:
+    """A client's TLS context: trusts `ca`, presents `client`.crt/.key if given."""
+    context = ssl.create_default_context(cafile=str(ca))
+    if client is not None:
+        context.load_cert_chain(f"{client}.crt", f"{client}.key")
+    return context
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(chart, tmp_path_factory):
+    binary = baton_bin()
+    certs = dev_certs(binary, tmp_path_factory.mktemp("certs"), ["billing.client"])
+    tokens = {name: new_token(binary) for name in ("billing", "helm-test", "ops")}
+    values = {
+        "replicas": REPLICAS,
+        "sidecarExample": {"enabled": True},
+        "tls": {"enabled": True, "existingSecret": TLS_SECRET, "clientCaKey": "ca.crt"},
+        "auth": {"enabled": True, "file": {"principals": [
+            # billing: its client certificate (no token needed), and a token for
+            # the sidecar, which has no certificate and passes the header on.
+            {"name": "billing", "role": "client", "certificates": ["billing.client"],
+             "tokens": [tokens["billing"][1]], "locks": ["billing/"]},
+            {"name": "helm-test", "role": "client", "tokens": [tokens["helm-test"][1]], "locks": ["helm-test-"]},
+            {"name": "ops", "role": "admin", "tokens": [tokens["ops"][1]]},
+        ]}},
+        "tests": {"tokenSecret": {"name": "baton-test-token", "key": "token"}},
+    }
+    # What a cert-manager Certificate's Secret holds (kubernetes.io/tls with ca.crt).
+    extra = {TLS_SECRET: {"tls.crt": (certs / "node.crt").read_text(), "tls.key": (certs / "node.key").read_text(),
+                          "ca.crt": (certs / "ca.crt").read_text()},
+             "baton-test-token": {"token": tokens["helm-test"][0]}}
+    with rendered_cluster(chart, tmp_path_factory.mktemp("tls-pods"), values, extra_secrets=extra) as running:
+        running["certs"] = certs
+        running["tokens"] = {name: token for name, (token, _) in tokens.items()}
+        yield running
+
+
+def test_tls_voters_form_one_cluster_with_the_rendered_tls_flags(tls_cluster):
+    c = tls_cluster
+    assert c["secret_volumes"] == {"auth": f"{RELEASE}-baton-auth", "tls": TLS_SECRET}
+    for process in c["voters"]:
+        flags = dict(a.split("=", 1) for a in process.argv if a.startswith("--tls-"))
+        tls_dir = c["volume_dir"](process.pod, "tls")
+        # The projected Secret's files, by their rendered key names: node
+        # certificate and key, the CA for peers and for client certificates.
+        assert flags == {"--tls-cert": f"{tls_dir}/tls.crt", "--tls-key": f"{tls_dir}/tls.key",
+                         "--tls-peer-ca": f"{tls_dir}/ca.crt", "--tls-client-ca": f"{tls_dir}/ca.crt"}, flags
+        for key in ("tls.crt", "tls.key", "ca.crt"):
+            assert (tls_dir / key).read_text() == c["secrets"][TLS_SECRET][key]
+        assert "--insecure-plaintext-peers" not in flag_names(process.argv)
+        advertised = [a for a in process.argv if a.startswith(("--advertise-", "--peers="))]
+        assert advertised and all("https://" in a and "http://" not in a for a in advertised), advertised
+    # The voters reached each other over TLS (peer certificates checked both
+    # ways): one cluster, one leader, every voter agreeing.
+    ca = trusting(c["certs"] / "ca.crt")
+    views = [https("GET", f"https://127.0.0.1:{c['api'][pod]}/v1/cluster", context=ca, token=c["tokens"]["ops"])
+             for pod in c["pods"]]
+    assert [status for status, _ in views] == [200] * REPLICAS, views
+    assert len({v["cluster_id"] for _, v in views}) == 1
+    members = {m["id"]: m for m in views[0][1]["members"]}
+    assert {i + 1: f"https://127.0.0.1:{c['api'][pod]}" for i, pod in enumerate(c["pods"])} == \
+        {mid: m["api_addr"] for mid, m in members.items()}
+    assert len({v["leader_id"] for _, v in views}) == 1 and views[0][1]["leader_id"] in members
+
+
+def plain_http_answer(port: int) -> bytes:
+    """What a plain-text HTTP request to `port` gets back (b"" when the server
+    just closes the connection)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: baton\r\nConnection: close\r\n\r\n")
+        answer = b""
+        with contextlib.suppress(OSError):
+            while chunk := s.recv(4096):
+                answer += chunk
+        return answer
+
+
+def test_tls_plain_http_and_untrusted_https_get_no_answer(tls_cluster):
+    c = tls_cluster
+    for pod in c["pods"]:
+        for port_name in ("api", "raft"):
+            port = c["loopback"].port(pod, c["named_ports"][port_name])
+            assert not plain_http_answer(port).startswith(b"HTTP/"), (pod, port_name)
+        url = f"https://127.0.0.1:{c['api'][pod]}/healthz"
+        # The system's CAs do not include the dev CA: the handshake fails.
+        with pytest.raises(urllib.error.URLError) as refused:
+            https("GET", url, context=ssl.create_default_context())
+        assert isinstance(refused.value.reason, ssl.SSLCertVerificationError), refused.value
+        # The same request trusting the CA is answered (the check above is not vacuous).
+        assert https("GET", url, context=trusting(c["certs"] / "ca.crt"))[0] == 200
+        # The raft port asks for a peer certificate: without one, the handshake ends.
+        raft = c["loopback"].port(pod, c["named_ports"]["raft"])
+        with pytest.raises(OSError, match="certificate required"):
+            https("GET", f"https://127.0.0.1:{raft}/healthz", context=trusting(c["certs"] / "ca.crt"))
+
+
+def test_tls_client_certificate_is_its_principal(tls_cluster):
+    """A client certificate valid for `billing.client` stands for billing's
+    token, on every voter (a follower forwards the write with its principal)."""
+    c = tls_cluster
+    billing = trusting(c["certs"] / "ca.crt", c["certs"] / "billing.client")
+    for pod in c["pods"]:
+        base = f"https://127.0.0.1:{c['api'][pod]}"
+        status, grant = https("POST", f"{base}/v1/locks/billing/{pod}:acquire", {"ttl_ms": 15000}, context=billing)
+        assert status == 200 and grant["token"] > 0, (pod, grant)
+        status, problem = https("POST", f"{base}/v1/locks/other/{pod}:acquire", {"ttl_ms": 15000}, context=billing)
+        assert (status, problem["code"]) == (403, "forbidden"), (pod, problem)
+        status, released = https("POST", f"{base}/v1/locks/billing/{pod}:release",
+                                 {"lease_id": grant["lease_id"], "token": grant["token"]}, context=billing)
+        assert status == 200 and released["released"] is True, (pod, released)
+        # No certificate and no token: 401.
+        status, problem = https("POST", f"{base}/v1/locks/billing/{pod}:acquire", {"ttl_ms": 15000},
+                                context=trusting(c["certs"] / "ca.crt"))
+        assert (status, problem["code"]) == (401, "unauthenticated"), (pod, problem)
+    # A certificate from the same CA that names no principal (the node's own) is
+    # no one: the mapping is by name, not "any certificate the CA signed".
+    node = trusting(c["certs"] / "ca.crt", c["certs"] / "node")
+    status, problem = https("POST", f"https://127.0.0.1:{c['api'][c['pods'][0]]}/v1/locks/billing/x:acquire",
+                            {"ttl_ms": 15000}, context=node)
+    assert (status, problem["code"]) == (401, "unauthenticated"), problem
+
+
+def test_tls_lock_cycle_through_the_rendered_sidecar(tls_cluster):
+    """The proxy listens in plain http on loopback and dials the voters over
+    https, trusting the CA from its own Secret volume (items: ca.crt only)."""
+    c = tls_cluster
+    ca_dir = c["volume_dir"](c["app_pod"], "baton-ca")
+    assert sorted(p.name for p in ca_dir.iterdir() if not p.name.startswith("..")) == ["ca.crt"]
+    assert f"--tls-peer-ca={ca_dir}/ca.crt" in c["proxy"].argv
+    assert all(u.startswith("https://") for a in c["proxy"].argv if a.startswith("--proxy=")
+               for u in a.split("=", 1)[1].split(",")), c["proxy"].argv
+    base = f"http://127.0.0.1:{c['proxy_port']}"
+    billing = c["tokens"]["billing"]
+    status, grant = http("POST", f"{base}/v1/locks/billing/sidecar:acquire", {"ttl_ms": 15000}, token=billing)
+    assert status == 200 and grant["token"] > 0, grant
+    status, problem = http("POST", f"{base}/v1/locks/other/sidecar:acquire", {"ttl_ms": 15000}, token=billing)
+    assert (status, problem["code"]) == (403, "forbidden"), problem
+    status, released = http("POST", f"{base}/v1/locks/billing/sidecar:release",
+                            {"lease_id": grant["lease_id"], "token": grant["token"]}, token=billing)
+    assert status == 200 and released["released"] is True, released
+
+
+def test_tls_helm_test_pod_passes(tls_cluster, tmp_path):
+    """The `helm test` script with curl --cacert (and, with clientCaKey, the
+    node's certificate as its client certificate) from the TLS Secret."""
+    c = tls_cluster
+    done = run_helm_test_pod(c, c["secrets"])
+    assert done.returncode == 0 and "PASS" in done.stdout, (done.stdout, done.stderr)
+    # Not vacuous: trusting another CA, curl refuses the voters' certificates.
+    other = dev_certs(c["binary"], tmp_path / "other", [])
+    wrong = {**c["secrets"], TLS_SECRET: {**c["secrets"][TLS_SECRET], "ca.crt": (other / "ca.crt").read_text()}}
+    done = run_helm_test_pod(c, wrong)
+    assert done.returncode != 0 and "PASS" not in done.stdout, (done.stdout, done.stderr)
+    assert "FAIL: the acquire was refused" in done.stdout, (done.stdout, done.stderr)

@@ -57,11 +57,18 @@ pub async fn client_gone(request: &HttpRequest) {
     };
     let mut buffer = [0u8; 1];
     loop {
+        // The peer's FIN shows as read-closed readiness (EPOLLRDHUP) even while
+        // unread bytes sit in front of it (a TLS close_notify, a pipelined
+        // request), which are actix's to read and would hide it from a peek.
+        match stream.ready(tokio::io::Interest::READABLE).await {
+            Ok(ready) if ready.is_read_closed() => return,
+            Ok(_) => {}
+            Err(_) => return,
+        }
         match stream.peek(&mut buffer).await {
             // End of stream: the client closed its side.
             Ok(0) => return,
-            // Bytes of a pipelined request are waiting; they are actix's to read.
-            // Look again a little later rather than spin on them.
+            // Bytes are waiting: look again a little later rather than spin.
             Ok(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => return,

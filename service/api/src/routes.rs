@@ -253,11 +253,21 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
     }
 }
 
-/// Takes a token from the caller's request-rate bucket for a `/v1` request
-/// (the principal's, or the node's single bucket with auth off): 429
-/// `quota_exceeded` with `Retry-After` when it is empty.
+/// Paths never rate limited: health, metrics and the static pages. Everything
+/// else is, whatever its spelling: the router decodes percent-escapes this raw
+/// path still has, so a list of limited paths could be walked around.
+fn unlimited(path: &str) -> bool {
+    matches!(
+        path,
+        "/healthz" | "/readyz" | "/metrics" | "/openapi.json" | "/docs" | "/ui"
+    ) || path.starts_with("/ui/")
+}
+
+/// Takes a token from the caller's request-rate bucket (the principal's, or
+/// the node's single bucket with auth off): 429 `quota_exceeded` with
+/// `Retry-After` when it is empty.
 fn rate_limited(state: &ApiState, path: &str, caller: Option<&Caller>) -> Result<(), ApiError> {
-    if !path.starts_with("/v1/") {
+    if unlimited(path) {
         return Ok(());
     }
     let rate = match caller {

@@ -137,8 +137,12 @@ impl StateMachine {
                 };
             }
         }
-        if let (Some(key), Some((_, quota))) = (&request.idempotency, request.command.admission()) {
-            // Refused before anything is remembered: a later retry may succeed.
+        if let (Some(key), Some((Some(_), quota))) =
+            (&request.idempotency, request.command.admission())
+        {
+            // Per principal: with auth off every client shares the "" key space,
+            // and one cap for all would throttle the whole cluster. Refused
+            // before anything is remembered: a later retry may succeed.
             if let Err(error) = self.check_idempotency_quota(&key.principal, quota) {
                 return Outcome {
                     revision: self.revision,
@@ -153,7 +157,10 @@ impl StateMachine {
             .as_ref()
             .map(|key| (key.principal.clone(), key.key.clone()));
         let result = self.execute(ctx, &request.command, idempotency, &mut events);
-        if let Some(key) = &request.idempotency {
+        // A quota refusal is not remembered: it depends on what else the
+        // principal holds, so a retry with the same key may succeed later.
+        let remember = !matches!(result, Err(CoreError::QuotaReached { .. }));
+        if let Some(key) = request.idempotency.as_ref().filter(|_| remember) {
             let record = Record {
                 fingerprint: key.fingerprint,
                 result: result.clone(),

@@ -26,7 +26,8 @@ pub struct Quota {
     /// Most queued requests (lock waits, candidacies) on one principal's leases.
     pub max_waiters_per_principal: u64,
     /// Most idempotency keys one principal has remembered at a time (every key is
-    /// kept for ten minutes).
+    /// kept for ten minutes). Not applied with auth off, where every client
+    /// shares one key space.
     pub max_idempotency_keys_per_principal: u64,
 }
 
@@ -50,7 +51,7 @@ impl Default for Quota {
             max_leases_per_principal: 100_000,
             max_holdings_per_principal: 1_000_000,
             max_waiters_per_principal: 100_000,
-            max_idempotency_keys_per_principal: 100_000,
+            max_idempotency_keys_per_principal: 1_000_000,
         }
     }
 }
@@ -71,21 +72,11 @@ impl StateMachine {
         let usage = principal
             .map(|p| self.principal_usage(p))
             .unwrap_or_default();
-        let (mut holds, may_wait) = command.adds_holding();
-        if let Command::Register {
-            name,
-            lease: crate::command::LeaseRef::Existing(lease_id),
-            ..
-        } = command
-        {
-            // Updating one's own name's value adds nothing.
-            if self
-                .names
-                .get(name)
-                .is_some_and(|entry| entry.lease_id == *lease_id)
-            {
-                holds = false;
-            }
+        let (mut holds, mut may_wait) = command.adds_holding();
+        if self.already_there(command) {
+            // A retry, or an update of one's own name: it adds nothing, and it
+            // must get the answer it would get below the cap.
+            (holds, may_wait) = (false, false);
         }
         if let Some((lease_id, _)) = command.created_lease() {
             if !self.leases.contains_key(&lease_id) {
@@ -125,6 +116,42 @@ impl StateMachine {
             ));
         }
         Ok(())
+    }
+
+    /// Whether `command` is by a lease that already holds or waits for what it
+    /// asks (a retried acquire or campaign, a name's value updated by its owner).
+    fn already_there(&self, command: &Command) -> bool {
+        use crate::command::LeaseRef;
+        let involves = |slot: &crate::slot::Slot, lease_id: &crate::ids::LeaseId| {
+            slot.held_by(*lease_id).is_some() || slot.queued_by(*lease_id).is_some()
+        };
+        match command {
+            Command::Acquire {
+                name,
+                lease: LeaseRef::Existing(lease_id),
+                ..
+            } => self
+                .locks
+                .get(name)
+                .is_some_and(|slot| involves(slot, lease_id)),
+            Command::Campaign {
+                name,
+                lease: LeaseRef::Existing(lease_id),
+                ..
+            } => self
+                .elections
+                .get(name)
+                .is_some_and(|slot| involves(slot, lease_id)),
+            Command::Register {
+                name,
+                lease: LeaseRef::Existing(lease_id),
+                ..
+            } => self
+                .names
+                .get(name)
+                .is_some_and(|entry| entry.lease_id == *lease_id),
+            _ => false,
+        }
     }
 
     /// Refuses to remember one more idempotency key of `principal` beyond `quota`.

@@ -927,3 +927,58 @@ fn updating_ones_own_name_is_not_a_new_holding() {
     ));
     assert!(update.result.is_ok(), "{update:?}");
 }
+
+#[test]
+fn a_retry_at_the_cap_gets_its_answer_and_quota_refusals_are_not_remembered() {
+    let mut d = Driver::default();
+    assert!(d.apply(by(Some("a"), new_lease(1))).result.is_ok());
+    let mut tokens = Vec::new();
+    for name in ["l1", "l2", "l3"] {
+        match d.apply(by(Some("a"), acquire_on(name, 1, None))).result {
+            Ok(Reply::LockGranted(grant)) => tokens.push(grant.token),
+            other => panic!("{other:?}"),
+        }
+    }
+    // At the holdings cap, acquiring a lock the lease already holds is a retry:
+    // it answers the same grant instead of 429.
+    match d.apply(by(Some("a"), acquire_on("l1", 1, None))).result {
+        Ok(Reply::LockGranted(grant)) => assert_eq!(grant.token, tokens[0]),
+        other => panic!("a retry at the cap: {other:?}"),
+    }
+    // A keyed acquire refused by the cap is not remembered: once a holding is
+    // released, the same key is granted.
+    let keyed = |d: &mut Driver| {
+        d.apply_request(Request {
+            idempotency: Some(IdempotencyKey {
+                principal: "a".into(),
+                key: "k".into(),
+                fingerprint: 7,
+            }),
+            command: by(Some("a"), acquire_on("l4", 1, None)),
+        })
+    };
+    let refused = keyed(&mut d);
+    assert_eq!(quota_limit(&refused), Some(3), "{refused:?}");
+    assert!(d.release("l2", lease(1), tokens[1]).result.is_ok());
+    let granted = keyed(&mut d);
+    assert!(
+        matches!(granted.result, Ok(Reply::LockGranted(_))) && !granted.replayed,
+        "{granted:?}"
+    );
+}
+
+#[test]
+fn with_auth_off_idempotency_keys_are_not_capped() {
+    let mut d = Driver::default();
+    for n in 1..=5u128 {
+        let out = d.apply_request(Request {
+            idempotency: Some(IdempotencyKey {
+                principal: String::new(),
+                key: format!("k{n}"),
+                fingerprint: n as u64,
+            }),
+            command: by(None, new_lease(n)),
+        });
+        assert!(out.result.is_ok(), "key {n}: {out:?}");
+    }
+}

@@ -236,7 +236,7 @@ pub struct ServeArgs {
     #[arg(
         long,
         env = "BATON_MAX_IDEMPOTENCY_KEYS_PER_PRINCIPAL",
-        default_value_t = 100_000
+        default_value_t = 1_000_000
     )]
     pub max_idempotency_keys_per_principal: u64,
     /// Requests a second each principal may send to this node, 0 for no limit

@@ -91,7 +91,20 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                     "TLS on a cluster needs --tls-peer-ca: peers verify each other against it"
                 );
             }
-            _ => {}
+            Some(_) => {
+                // The secret would go out before a TLS listener refused it.
+                let plain = config
+                    .peers
+                    .values()
+                    .chain(config.join.iter())
+                    .find(|url| !url.starts_with("https://"));
+                if let Some(url) = plain {
+                    anyhow::bail!(
+                        "with TLS on, every peer and --join URL must be https://, got {url}"
+                    );
+                }
+            }
+            None => {}
         }
     }
     if args.unsafe_no_fsync {

@@ -1071,3 +1071,97 @@ async fn renewed_certificates_are_served_without_a_restart() {
         "the old certificate is no longer served"
     );
 }
+
+/// Waiters of lock `busy` on node 1.
+async fn waiters(cluster: &Cluster) -> u64 {
+    let (_, body) = cluster.get(1, "/v1/locks/busy").await;
+    body["waiters"].as_u64().unwrap_or(0)
+}
+
+/// Issue 16: a TLS client that queues for a lock, then says close_notify and
+/// hangs up, leaves the queue at once (the close_notify bytes in front of the
+/// FIN must not hide the hang-up until `wait_ms` runs out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_client_that_hangs_up_while_waiting_leaves_the_queue() {
+    use std::io::Write;
+    let cluster = Cluster::start_tls(1, &[]).await;
+    let certs = cluster.certs.clone().unwrap();
+    let (status, _) = cluster
+        .post(1, "/v1/locks/busy:acquire", json!({"ttl_ms": 60_000}))
+        .await;
+    assert_eq!(status, 200);
+    let port = cluster.node(1).api_port;
+    let ca = certs.join("ca.crt");
+    let (hang_up, hang_up_now) = std::sync::mpsc::channel::<()>();
+    let client = std::thread::spawn(move || {
+        let config = Arc::new(baton_raft::client_config_trusting(&ca, None).unwrap());
+        let server = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let connection = rustls::ClientConnection::new(config, server).unwrap();
+        let socket = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut tls = rustls::StreamOwned::new(connection, socket);
+        let body = r#"{"wait_ms": 60000}"#;
+        write!(
+            tls,
+            "POST /v1/locks/busy:acquire HTTP/1.1\r\nhost: baton\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        tls.flush().unwrap();
+        hang_up_now.recv().unwrap();
+        tls.conn.send_close_notify();
+        tls.flush().unwrap();
+        tls.sock.shutdown(std::net::Shutdown::Write).unwrap();
+        // Keep the socket until the test is done looking.
+        let _ = hang_up_now.recv();
+    });
+    let queued = eventually(100, || async {
+        (waiters(&cluster).await == 1).then_some(())
+    })
+    .await;
+    assert!(queued.is_some(), "the TLS client never queued");
+    hang_up.send(()).unwrap();
+    // It asked to wait 60 s; only the hang-up can end its wait this soon.
+    let left = eventually(100, || async {
+        (waiters(&cluster).await == 0).then_some(())
+    })
+    .await;
+    drop(hang_up);
+    client.join().unwrap();
+    assert!(left.is_some(), "the waiter stayed after its client hung up");
+}
+
+/// Issue 16: with TLS, client certificates and auth on, a node joins: its join
+/// call presents the node certificate, which names no principal, and the
+/// cluster secret it also carries is what admits it. An admin identified by
+/// its client certificate sees it become a voter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_joins_a_tls_cluster_with_auth_on() {
+    let auth = tempfile::tempdir().unwrap();
+    let auth_file = auth.path().join("auth.yaml");
+    std::fs::write(
+        &auth_file,
+        "principals:\n  - name: ops\n    role: admin\n    certificates: [\"billing.client\"]\n",
+    )
+    .unwrap();
+    let auth_arg = auth_file.display().to_string();
+    let mut cluster = Cluster::start_tls(3, &["--auth-file", &auth_arg]).await;
+    let certs = cluster.certs.clone().unwrap();
+    let admin = https_client(
+        &certs.join("ca.crt"),
+        Some(("billing.client.crt", "billing.client.key")),
+    );
+    let joiner = cluster.add_joiner(2);
+    cluster.spawn(joiner);
+    let url = format!("{}/v1/cluster", cluster.node(1).api);
+    let joined = eventually(300, || {
+        let (admin, url) = (&admin, &url);
+        async move {
+            let view: Value = admin.get(url).send().await.ok()?.json().await.ok()?;
+            let members = view["members"].as_array()?;
+            let me = members.iter().find(|m| m["id"] == json!(joiner))?;
+            (me["voter"] == json!(true)).then_some(())
+        }
+    })
+    .await;
+    assert!(joined.is_some(), "node {joiner} never became a voter");
+}

@@ -156,23 +156,27 @@ impl Authenticator {
                 };
                 Caller::principal(policy, index, Credential::Token(digest))
             }
-            None => match request.conn_data::<ClientCertificate>() {
+            None => {
                 // A verified client certificate stands for a token.
-                Some(certificate) => {
-                    let Some(index) = policy.identify_certificate(&certificate.0) else {
-                        return Err(Refusal::Unauthenticated(
-                            "the client certificate is valid but names no principal of the auth file",
-                        ));
-                    };
-                    let credential = Credential::Certificate(Arc::new(certificate.0.clone()));
-                    Caller::principal(policy, index, credential)
+                let by_certificate = request
+                    .conn_data::<ClientCertificate>()
+                    .map(|certificate| (certificate, policy.identify_certificate(&certificate.0)));
+                match by_certificate {
+                    Some((certificate, Some(index))) => {
+                        let credential = Credential::Certificate(Arc::new(certificate.0.clone()));
+                        Caller::principal(policy, index, credential)
+                    }
+                    // The handler accepts the cluster secret instead (a joining
+                    // node presents its node certificate, which names no principal).
+                    _ if matches!(guard, Guard::Membership) => {
+                        return Ok(Some(Caller::unidentified()));
+                    }
+                    Some((_, None)) => return Err(Refusal::Unauthenticated(
+                        "the client certificate is valid but names no principal of the auth file",
+                    )),
+                    None => return Err(Refusal::Unauthenticated(super::caller::NO_TOKEN)),
                 }
-                None if matches!(guard, Guard::Membership) => {
-                    // The handler accepts the cluster secret instead.
-                    return Ok(Some(Caller::unidentified()));
-                }
-                None => return Err(Refusal::Unauthenticated(super::caller::NO_TOKEN)),
-            },
+            }
         };
         if matches!(guard, Guard::Endpoint(EndpointAccess::Admin)) && !caller.is_admin() {
             return Err(Refusal::Forbidden(format!(

@@ -65,9 +65,10 @@ impl Caller {
     }
 
     /// Whether `policy`, a reloaded auth file, still gives this caller's token
-    /// the same principal with the same rights. Long-lived requests (watch
-    /// streams) end when it does not: a revoked token or a narrowed prefix must
-    /// not keep a stream open.
+    /// the same principal with the same rights (role and prefixes; a token added
+    /// for a rotation changes nothing). Long-lived requests (watch streams) end
+    /// when it does not: a revoked token or a narrowed prefix must not keep a
+    /// stream open.
     pub fn still_valid_under(&self, policy: &AuthPolicy) -> bool {
         match &self.0 {
             Who::Anyone => true,
@@ -76,7 +77,10 @@ impl Caller {
                 let now = credential
                     .identify(policy)
                     .and_then(|i| policy.principals.get(i));
-                now.is_some() && now == old.principals.get(*index)
+                match (now, old.principals.get(*index)) {
+                    (Some(now), Some(before)) => now.same_rights(before),
+                    _ => false,
+                }
             }
         }
     }

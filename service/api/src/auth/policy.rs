@@ -119,6 +119,26 @@ impl QuotaOverrides {
 }
 
 impl Principal {
+    /// Whether `other` grants what this principal grants (role and prefixes),
+    /// whatever its tokens, certificates and quotas.
+    pub fn same_rights(&self, other: &Principal) -> bool {
+        (
+            &self.name,
+            self.role,
+            &self.locks,
+            &self.elections,
+            &self.names,
+            &self.watch,
+        ) == (
+            &other.name,
+            other.role,
+            &other.locks,
+            &other.elections,
+            &other.names,
+            &other.watch,
+        )
+    }
+
     /// Whether this principal may use `name` of `kind`.
     pub fn may(&self, kind: Kind, name: &str) -> bool {
         if self.role == Role::Admin {
@@ -276,12 +296,21 @@ impl AuthPolicy {
     }
 
     /// The principal a client certificate (verified by the TLS handshake)
-    /// identifies: the first whose certificate names the certificate is valid for.
+    /// identifies: the one with a certificate name that is exactly one of the
+    /// certificate's subject alternative names. Exactly: a wildcard name in a
+    /// certificate (`*.example.com`) names no principal, so one certificate
+    /// cannot stand for several principals.
     pub fn identify_certificate(&self, certificate: &CertificateDer<'_>) -> Option<usize> {
         let certificate = webpki::EndEntityCert::try_from(certificate).ok()?;
         self.certificate_names
             .iter()
-            .find(|(name, _)| certificate.verify_is_valid_for_subject_name(name).is_ok())
+            .find(|(name, _)| match name {
+                ServerName::DnsName(dns) => certificate
+                    .valid_dns_names()
+                    .any(|presented| presented.eq_ignore_ascii_case(dns.as_ref())),
+                // IP addresses match only an identical IP address name.
+                _ => certificate.verify_is_valid_for_subject_name(name).is_ok(),
+            })
             .map(|(_, index)| *index)
     }
 

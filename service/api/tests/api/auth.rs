@@ -520,6 +520,19 @@ async fn a_principal_over_its_request_rate_gets_429_with_retry_after() {
     assert_eq!(refused.body["limit"], 1);
     let after: u64 = refused.header("retry-after").unwrap().parse().unwrap();
     assert!((1..=2).contains(&after), "Retry-After {after}");
+    // A percent-escaped spelling of the same route is the same route to the
+    // router, and takes from the same bucket.
+    let escaped = send(
+        &app,
+        bearer(TestRequest::get().uri("/%761/locks"), BILLING_TOKEN),
+    )
+    .await;
+    assert_eq!(
+        (escaped.status, escaped.code()),
+        (429, "quota_exceeded"),
+        "{:?}",
+        escaped.body
+    );
     // Others have their own bucket; payroll's entry lifts the limit; health
     // and the static pages are never limited.
     assert_eq!(list(ADMIN_TOKEN).await.status, 200);
