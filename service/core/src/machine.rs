@@ -271,17 +271,22 @@ impl StateMachine {
                 name,
                 expected_token,
             } => self.force_release(*kind, name, *expected_token, events),
-            Command::AsPrincipal { principal, command } => {
-                self.execute_as(ctx, principal, command, idempotency, events)
-            }
+            Command::AsPrincipal { principal, command } => self.execute_as(
+                ctx,
+                Some(principal.as_str()),
+                None,
+                command,
+                idempotency,
+                events,
+            ),
             Command::Within {
                 principal,
                 quota,
                 command,
-            } => self.execute_within(
+            } => self.execute_as(
                 ctx,
                 principal.as_deref(),
-                quota,
+                Some(quota),
                 command,
                 idempotency,
                 events,
@@ -296,12 +301,16 @@ impl StateMachine {
         }
     }
 
-    /// Runs `command` for `principal`: refused when it presents a lease another
-    /// principal owns; any lease it creates is recorded as the principal's.
+    /// Runs `command` for `principal` (`None` with auth off), judged by `quota`
+    /// when given (older log entries carry none): refused when it presents a
+    /// live lease another principal owns (checked first, so a foreign lease is
+    /// a 403 whatever the quota), or when it would exceed the quota; any lease
+    /// it creates becomes the principal's.
     fn execute_as(
         &mut self,
         ctx: &ApplyContext,
-        principal: &str,
+        principal: Option<&str>,
+        quota: Option<&Quota>,
         command: &Command,
         idempotency: Option<(String, String)>,
         events: &mut Vec<Event>,
@@ -309,40 +318,17 @@ impl StateMachine {
         if command.is_wrapper() {
             return Err(CoreError::LeaseNotOwned);
         }
-        if let Some(lease_id) = command.presented_lease() {
+        if let (Some(principal), Some(lease_id)) = (principal, command.presented_lease()) {
             self.check_lease_owner(lease_id, Some(principal))?;
         }
+        if let Some(quota) = quota {
+            self.check_quota(principal, quota, command)?;
+        }
         let reply = self.execute(ctx, command, idempotency, events)?;
-        if let Some((lease_id, _)) = command.created_lease() {
+        if let (Some(principal), Some((lease_id, _))) = (principal, command.created_lease()) {
             self.record_owner(lease_id, principal);
         }
         Ok(reply)
-    }
-
-    /// Runs `command` for `principal` (`None` with auth off) if it stays within
-    /// `quota`.
-    fn execute_within(
-        &mut self,
-        ctx: &ApplyContext,
-        principal: Option<&str>,
-        quota: &Quota,
-        command: &Command,
-        idempotency: Option<(String, String)>,
-        events: &mut Vec<Event>,
-    ) -> Result<Reply, CoreError> {
-        if command.is_wrapper() {
-            return Err(CoreError::LeaseNotOwned);
-        }
-        if let Some(principal) = principal {
-            if let Some(lease_id) = command.presented_lease() {
-                self.check_lease_owner(lease_id, Some(principal))?;
-            }
-        }
-        self.check_quota(principal, quota, command)?;
-        match principal {
-            Some(principal) => self.execute_as(ctx, principal, command, idempotency, events),
-            None => self.execute(ctx, command, idempotency, events),
-        }
     }
 
     /// Records one state change and returns its revision.

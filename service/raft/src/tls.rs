@@ -144,36 +144,64 @@ impl Tls {
     /// The client API listener's configuration: the node certificate, and
     /// client certificates asked for (never required) when a client CA is set.
     pub fn api_server_config(self: &Arc<Self>) -> Result<ServerConfig, TlsError> {
-        let builder = ServerConfig::builder_with_provider(self.provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| TlsError::Config(e.to_string()))?;
-        let resolver = Arc::new(NodeCertificate(self.clone()));
-        Ok(match self.files.client_ca {
-            Some(_) => builder
-                .with_client_cert_verifier(Arc::new(ClientVerifier {
-                    tls: self.clone(),
-                    peer: false,
-                }))
-                .with_cert_resolver(resolver),
-            None => builder.with_no_client_auth().with_cert_resolver(resolver),
-        })
+        self.server_config(self.files.client_ca.is_some(), false)
     }
 
     /// The peer listener's configuration: the node certificate, and a peer
     /// certificate required when a peer CA is set.
     pub fn peer_server_config(self: &Arc<Self>) -> Result<ServerConfig, TlsError> {
+        self.server_config(self.files.peer_ca.is_some(), true)
+    }
+
+    /// Checks a TLS 1.2 handshake signature with the provider's algorithms.
+    fn tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
+    }
+
+    /// Checks a TLS 1.3 handshake signature with the provider's algorithms.
+    fn tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
+    }
+
+    /// The signature schemes the provider verifies.
+    fn signature_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+
+    /// A listener's configuration serving the node certificate; with
+    /// `client_certificates`, checked by the peer CA (`peer`) or the client CA.
+    fn server_config(
+        self: &Arc<Self>,
+        client_certificates: bool,
+        peer: bool,
+    ) -> Result<ServerConfig, TlsError> {
         let builder = ServerConfig::builder_with_provider(self.provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Config(e.to_string()))?;
         let resolver = Arc::new(NodeCertificate(self.clone()));
-        Ok(match self.files.peer_ca {
-            Some(_) => builder
+        Ok(if client_certificates {
+            builder
                 .with_client_cert_verifier(Arc::new(ClientVerifier {
                     tls: self.clone(),
-                    peer: true,
+                    peer,
                 }))
-                .with_cert_resolver(resolver),
-            None => builder.with_no_client_auth().with_cert_resolver(resolver),
+                .with_cert_resolver(resolver)
+        } else {
+            builder.with_no_client_auth().with_cert_resolver(resolver)
         })
     }
 
@@ -409,12 +437,7 @@ impl ClientCertVerifier for ClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.tls.provider.signature_verification_algorithms,
-        )
+        self.tls.tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -423,19 +446,11 @@ impl ClientCertVerifier for ClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.tls.provider.signature_verification_algorithms,
-        )
+        self.tls.tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.tls
-            .provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.tls.signature_schemes()
     }
 }
 
@@ -467,12 +482,7 @@ impl ServerCertVerifier for PeerVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.provider.signature_verification_algorithms,
-        )
+        self.0.tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -481,18 +491,10 @@ impl ServerCertVerifier for PeerVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.provider.signature_verification_algorithms,
-        )
+        self.0.tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0
-            .provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.0.signature_schemes()
     }
 }

@@ -843,6 +843,21 @@ async fn membership_requests_that_would_break_the_cluster_are_refused() {
     assert_eq!(status, 200, "writes go on: {body}");
 }
 
+/// Whether an acquire of lock `name` through node `via` is granted within 30 s
+/// (retried while the cluster settles).
+async fn granted_through(cluster: &Cluster, via: u64, name: &str) -> bool {
+    let path = format!("/v1/locks/{name}:acquire");
+    let granted = eventually(300, || {
+        let path = path.clone();
+        async move {
+            let (status, _) = cluster.post(via, &path, json!({})).await;
+            (status == 200).then_some(())
+        }
+    })
+    .await;
+    granted.is_some()
+}
+
 /// `GET /raft/status` on node `id`'s peer listener with `secret`: the status code.
 async fn peer_status_with(cluster: &Cluster, id: u64, secret: &str) -> u16 {
     let url = format!(
@@ -896,18 +911,9 @@ async fn the_cluster_secret_rotates_by_rolling_restarts_without_an_outage() {
             // followers to the leader, all with the mix of settings now running.
             for via in 1..=3 {
                 writes += 1;
-                let path = format!("/v1/locks/rotation/{writes}:acquire");
-                let granted = eventually(300, || {
-                    let path = path.clone();
-                    let cluster = &cluster;
-                    async move {
-                        let (status, body) = cluster.post(via, &path, json!({})).await;
-                        (status == 200).then_some(body)
-                    }
-                })
-                .await;
+                let granted = granted_through(&cluster, via, &format!("rotation/{writes}")).await;
                 assert!(
-                    granted.is_some(),
+                    granted,
                     "step {step}, node {id} restarted: no write through node {via}"
                 );
             }
@@ -945,17 +951,8 @@ async fn a_tls_cluster_serves_https_and_peers_prove_who_they_are() {
     // Every node takes writes: leader appends, follower-to-leader calls and
     // the answers all cross TLS.
     for via in 1..=3 {
-        let path = format!("/v1/locks/tls/{via}:acquire");
-        let granted = eventually(300, || {
-            let path = path.clone();
-            let cluster = &cluster;
-            async move {
-                let (status, body) = cluster.post(via, &path, json!({})).await;
-                (status == 200).then_some(body)
-            }
-        })
-        .await;
-        assert!(granted.is_some(), "no write through node {via}");
+        let granted = granted_through(&cluster, via, &format!("tls/{via}")).await;
+        assert!(granted, "no write through node {via}");
     }
     let api = cluster.node(1).api.clone();
     assert!(api.starts_with("https://"));
