@@ -106,3 +106,28 @@ fn a_waiter_answered_lock_held_that_later_holds_the_lock_is_caught() {
     );
     assert!(lin.failed(), "{lin:?}");
 }
+
+/// Finding 7, open (seed 1, `make test-chaos`'s smoke, 3 nodes, on a6f833f; it
+/// did not come back on a rerun). Node 1 led, was isolated for 4.4 s
+/// (22.85-27.28 s) and no other node took over; it became leader again at about
+/// 28 s, when "every lease restarts at a full TTL". A keepalive sent at 26.506 s
+/// was acknowledged at 27.859 s, and a resign 4 ms later found the lease gone.
+/// Suspected: an expiry node 1 proposed while isolated stayed in its log and
+/// committed with its new term, after the keepalive had been answered from the
+/// restarted lease clock. Not fixed yet; the history is kept so that the checker
+/// goes on catching it.
+const KEEPALIVE_ACKED_ACROSS_A_RE_ELECTION: &str = r#"
+{"op":594,"process":6,"type":"invoke","f":"campaign","key":"chaos-election-1","time_ns":22523506504,"holder":"p6-s22","ttl_ms":1500,"node":3}
+{"op":594,"process":6,"type":"ok","f":"campaign","key":"chaos-election-1","time_ns":22525639926,"lease":"2hf52hk7fbohvu3kehy3qypjz4","token":406}
+{"op":632,"process":6,"type":"invoke","f":"keepalive","key":"chaos-election-1","time_ns":26506236519,"lease":"2hf52hk7fbohvu3kehy3qypjz4","holder":"p6-s22","ttl_ms":1500,"node":3}
+{"op":632,"process":6,"type":"ok","f":"keepalive","key":"chaos-election-1","time_ns":27858664966}
+{"op":638,"process":6,"type":"invoke","f":"resign","key":"chaos-election-1","time_ns":27858675926,"lease":"2hf52hk7fbohvu3kehy3qypjz4","token":406,"holder":"p6-s22","ttl_ms":1500,"node":2}
+{"op":638,"process":6,"type":"fail","f":"resign","key":"chaos-election-1","time_ns":27862638653,"error":"lease_not_found"}
+"#;
+
+#[test]
+fn a_keepalive_acknowledged_then_lost_across_a_re_election_is_caught() {
+    let v = check_lease_expiry(&ops(KEEPALIVE_ACKED_ACROSS_A_RE_ELECTION));
+    assert!(v.failed(), "{v:?}");
+    assert_eq!(v.violations, 1);
+}
