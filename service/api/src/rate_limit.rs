@@ -50,10 +50,19 @@ impl RateLimiter {
             Ok(buckets) => buckets,
             Err(poisoned) => poisoned.into_inner(),
         };
-        let bucket = buckets.entry(who.to_owned()).or_insert(Bucket {
-            tokens: burst,
-            filled_at: now,
-        });
+        // Look up before inserting: no key allocation per request.
+        if !buckets.contains_key(who) {
+            buckets.insert(
+                who.to_owned(),
+                Bucket {
+                    tokens: burst,
+                    filled_at: now,
+                },
+            );
+        }
+        let Some(bucket) = buckets.get_mut(who) else {
+            return Ok(());
+        };
         let elapsed = now
             .saturating_duration_since(bucket.filled_at)
             .as_secs_f64();

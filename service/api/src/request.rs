@@ -178,8 +178,8 @@ pub async fn settle_read(state: &ApiState, query: &ReadQuery) -> Result<(), ApiE
     }
 }
 
-/// Paging parameters of list endpoints.
-#[derive(Debug, Default, Serialize, Deserialize, IntoParams)]
+/// Paging parameters of list endpoints (the `baton` client sends this type too).
+#[derive(Debug, Default, Clone, Serialize, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {

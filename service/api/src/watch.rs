@@ -223,9 +223,15 @@ fn open(
     let start = subscription.cursor();
     let mut bookmarks = tokio::time::interval(interval);
     bookmarks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let revocation = state.auth.as_ref().map(|auth| Revocation {
-        caller: Caller::of(request),
-        policies: auth.subscribe(),
+    let revocation = state.auth.as_ref().map(|auth| {
+        let mut policies = auth.subscribe();
+        // Judged once before the first batch: a reload may have come between
+        // this request's admission and the subscription.
+        policies.mark_changed();
+        Revocation {
+            caller: Caller::of(request),
+            policies,
+        }
     });
     let stream = EventStream {
         subscription,
@@ -265,8 +271,12 @@ struct Revocation {
 
 impl Revocation {
     /// Whether the policy now in force still grants what the stream was opened
-    /// with (marks the current policy seen).
+    /// with (marks the current policy seen). Judged again only after a reload:
+    /// this runs before every batch of events.
     fn still_valid(&mut self) -> bool {
+        if !self.policies.has_changed().unwrap_or(false) {
+            return true;
+        }
         let policy = self.policies.borrow_and_update().0.clone();
         self.caller.still_valid_under(&policy)
     }

@@ -121,14 +121,19 @@ impl StateMachine {
         attachment: &Attachment,
         add: bool,
     ) {
-        let Some(owner) = self.lease_owners.get(&lease_id).cloned() else {
+        // No allocation on this path (every attach and detach of an owned
+        // lease): an owner of a live lease always has an entry.
+        let Some(owner) = self.lease_owners.get(&lease_id) else {
+            return;
+        };
+        let Some(usage) = self.usage.get_mut(owner) else {
             return;
         };
         let change = Usage::of_attachment(attachment);
         if add {
-            self.usage.entry(owner).or_default().add(change);
+            usage.add(change);
         } else {
-            self.uncount(&owner, change);
+            usage.sub(change);
         }
     }
 

@@ -15,9 +15,9 @@ use baton_api::locks::{
 };
 use baton_api::members::{AddMemberBody, MembershipChanged};
 use baton_api::names::{NameInfo, NamePage, RegisterBody, Registered};
+pub use baton_api::request::ListQuery;
 use reqwest::{Method, RequestBuilder, Response};
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 
 use crate::event_stream::EventStream;
 
@@ -74,20 +74,6 @@ impl HoldingKind {
             HoldingKind::Name => "names",
         }
     }
-}
-
-/// A page request of a list operation.
-#[derive(Debug, Default, Clone, Serialize)]
-pub struct PageQuery {
-    /// Only names starting with this.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prefix: Option<String>,
-    /// Page size.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub limit: Option<usize>,
-    /// Where the previous page ended.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub page_token: Option<String>,
 }
 
 /// A connection to one Baton endpoint.
@@ -267,7 +253,7 @@ impl Client {
     }
 
     /// `GET /v1/locks`.
-    pub async fn list_locks(&self, query: &PageQuery) -> Result<LockPage, ClientError> {
+    pub async fn list_locks(&self, query: &ListQuery) -> Result<LockPage, ClientError> {
         self.call(self.request(Method::GET, "/v1/locks").query(query))
             .await
     }
@@ -336,7 +322,7 @@ impl Client {
     }
 
     /// `GET /v1/names`.
-    pub async fn list_names(&self, query: &PageQuery) -> Result<NamePage, ClientError> {
+    pub async fn list_names(&self, query: &ListQuery) -> Result<NamePage, ClientError> {
         self.call(self.request(Method::GET, "/v1/names").query(query))
             .await
     }

@@ -10,7 +10,7 @@ use baton_api::names::RegisterBody;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::client::{Client, ClientError, HoldingKind, PageQuery};
+use crate::client::{Client, ClientError, HoldingKind, ListQuery};
 use crate::client_cli::{
     report, ClusterAction, ClusterCommand, ElectionsAction, ElectionsCommand, LeasesAction,
     LeasesCommand, ListArgs, LocksAction, LocksCommand, NamesAction, NamesCommand, Output,
@@ -76,16 +76,22 @@ async fn show_lock(client: &Client, name: &str, output: Output) -> Shown {
     Ok(())
 }
 
-async fn list_locks(client: &Client, list: &ListArgs, output: Output) -> Shown {
+/// The items of a paged list under `list.prefix`, following `next_page_token`
+/// until the last page or `list.limit` items; `fetch` asks for one page.
+async fn all_pages<T, F, Fut>(list: &ListArgs, mut fetch: F) -> Result<Vec<T>, ClientError>
+where
+    F: FnMut(ListQuery) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>), ClientError>>,
+{
     let mut items = Vec::new();
-    let mut query = PageQuery {
+    let mut query = ListQuery {
         prefix: list.prefix.clone(),
-        ..PageQuery::default()
+        ..ListQuery::default()
     };
     loop {
-        let page = client.list_locks(&query).await?;
-        items.extend(page.items);
-        match page.next_page_token {
+        let (page, next) = fetch(query.clone()).await?;
+        items.extend(page);
+        match next {
             Some(next) if list.limit.is_none_or(|limit| items.len() < limit) => {
                 query.page_token = Some(next);
             }
@@ -93,6 +99,15 @@ async fn list_locks(client: &Client, list: &ListArgs, output: Output) -> Shown {
         }
     }
     items.truncate(list.limit.unwrap_or(usize::MAX));
+    Ok(items)
+}
+
+async fn list_locks(client: &Client, list: &ListArgs, output: Output) -> Shown {
+    let items = all_pages(list, |query| async move {
+        let page = client.list_locks(&query).await?;
+        Ok((page.items, page.next_page_token))
+    })
+    .await?;
     match output {
         Output::Json => json(&serde_json::json!({ "items": items })),
         Output::Table => {
@@ -246,22 +261,11 @@ pub async fn names(command: NamesCommand) -> ExitCode {
 }
 
 async fn list_names(client: &Client, list: &ListArgs, output: Output) -> Shown {
-    let mut items = Vec::new();
-    let mut query = PageQuery {
-        prefix: list.prefix.clone(),
-        ..PageQuery::default()
-    };
-    loop {
+    let items = all_pages(list, |query| async move {
         let page = client.list_names(&query).await?;
-        items.extend(page.items);
-        match page.next_page_token {
-            Some(next) if list.limit.is_none_or(|limit| items.len() < limit) => {
-                query.page_token = Some(next);
-            }
-            _ => break,
-        }
-    }
-    items.truncate(list.limit.unwrap_or(usize::MAX));
+        Ok((page.items, page.next_page_token))
+    })
+    .await?;
     match output {
         Output::Json => json(&serde_json::json!({ "items": items })),
         Output::Table => {
