@@ -265,6 +265,12 @@ impl ApiError {
                     "idempotency_key_reused",
                     "Idempotency key reused",
                 ),
+                // Only the leader's own clock proposes expiries; no client sees this.
+                C::ExpiryOutdated { .. } => map(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "Internal error",
+                ),
             },
             ApiError::Raft(raft) => match raft {
                 RaftLayerError::NotLeader { .. } | RaftLayerError::Unavailable { .. } => map(

@@ -25,6 +25,7 @@ fn ctx() -> ApplyContext {
     ApplyContext {
         now_ms: NOW_MS,
         limits: Limits::default(),
+        term: 1,
     }
 }
 
@@ -162,7 +163,7 @@ fn batch64(c: &mut Criterion) {
             for (i, release) in batch.requests[n..].iter_mut().enumerate() {
                 set_token(release, base + 1 + i as u64);
             }
-            let outcomes = sm.apply_batch(&batch);
+            let outcomes = sm.apply_batch(&batch, 1);
             debug_assert!(outcomes.iter().all(|o| o.result.is_ok()));
             black_box(outcomes)
         });

@@ -226,6 +226,17 @@ pub enum Command {
         /// What it asks for (never another wrapper).
         command: Box<Command>,
     },
+    /// Expire a lease whose deadline passed on the clock of the leader of
+    /// `term`. Applied only from a log entry of that same term: a new term
+    /// restarts every lease at a full TTL, so an expiry decided before it and
+    /// written after it (queued across a re-election of the same node) is stale
+    /// and changes nothing. Added last, so that older logs decode unchanged.
+    ExpireLeaseOfTerm {
+        /// The lease.
+        lease_id: LeaseId,
+        /// The term whose leader's clock decided the expiry.
+        term: u64,
+    },
 }
 
 impl Command {

@@ -123,4 +123,13 @@ pub enum CoreError {
         /// The cap.
         limit: u64,
     },
+    /// An expiry decided by the leader of one term reached the log in another
+    /// ([`crate::Command::ExpireLeaseOfTerm`]); nothing changed. Added last.
+    #[error("expiry decided in term {decided_in} reached the log in term {written_in}")]
+    ExpiryOutdated {
+        /// The term whose leader decided it.
+        decided_in: u64,
+        /// The term of the entry that carried it.
+        written_in: u64,
+    },
 }

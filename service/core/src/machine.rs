@@ -23,6 +23,9 @@ pub struct ApplyContext {
     pub now_ms: u64,
     /// Bounds to judge commands by.
     pub limits: Limits,
+    /// The Raft term of the log entry being applied (what leader-clock
+    /// decisions are checked against; 0 outside a log).
+    pub term: u64,
 }
 
 /// A registered name.
@@ -93,10 +96,11 @@ impl StateMachine {
     }
 
     /// Applies one log entry's batch: one outcome per request, in order.
-    pub fn apply_batch(&mut self, batch: &Batch) -> Vec<Outcome> {
+    pub fn apply_batch(&mut self, batch: &Batch, term: u64) -> Vec<Outcome> {
         let ctx = ApplyContext {
             now_ms: batch.now_ms,
             limits: batch.limits,
+            term,
         };
         batch
             .requests
@@ -206,6 +210,16 @@ impl StateMachine {
             }
             Command::ExpireLease { lease_id } => {
                 self.end_lease_command(*lease_id, EndReason::Expired, events)
+            }
+            Command::ExpireLeaseOfTerm { lease_id, term } => {
+                if *term == ctx.term {
+                    self.end_lease_command(*lease_id, EndReason::Expired, events)
+                } else {
+                    Err(CoreError::ExpiryOutdated {
+                        decided_in: *term,
+                        written_in: ctx.term,
+                    })
+                }
             }
             Command::Acquire {
                 name,

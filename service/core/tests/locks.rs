@@ -493,7 +493,7 @@ fn tokens_strictly_increase_within_and_across_batches() {
             limits: Limits::default(),
             requests: requests.clone(),
         };
-        for outcome in sm.apply_batch(&batch) {
+        for outcome in sm.apply_batch(&batch, 1) {
             for event in outcome.events {
                 assert!(event.revision > last);
                 last = event.revision;
@@ -507,11 +507,14 @@ fn tokens_strictly_increase_within_and_across_batches() {
         let expire: Vec<_> = (0..50u128)
             .map(|n| Request::plain(Command::ExpireLease { lease_id: lease(n) }))
             .collect();
-        let out = sm.apply_batch(&Batch {
-            now_ms: round,
-            limits: Limits::default(),
-            requests: expire,
-        });
+        let out = sm.apply_batch(
+            &Batch {
+                now_ms: round,
+                limits: Limits::default(),
+                requests: expire,
+            },
+            1,
+        );
         for outcome in out {
             for event in outcome.events {
                 assert!(event.revision > last);

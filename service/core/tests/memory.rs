@@ -28,6 +28,7 @@ fn build(sm: &mut StateMachine) {
     let ctx = ApplyContext {
         now_ms: 1_700_000_000_000,
         limits: Limits::default(),
+        term: 1,
     };
     for i in 0..LOCKS {
         let lease_id = LeaseId(0x5eed_0000_0000_0000_0000_0000_0000_0000 | i as u128);

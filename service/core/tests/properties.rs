@@ -32,6 +32,8 @@ const BAD_NAME: &str = "bad//name";
 /// 4..=6: a fresh id mostly, a collision with a created lease sometimes.
 const LEASES: u8 = 6;
 const GOOD_TTL: u64 = 10_000;
+/// The Raft term of every entry the property tests apply.
+const LOG_TERM: u64 = 7;
 const BAD_TTL: u64 = 10;
 const START_MS: u64 = 1_000_000;
 
@@ -67,6 +69,9 @@ enum Op {
     },
     Expire {
         lease: u8,
+        /// 0: the old `ExpireLease`; 1: decided in the entry's own term; 2:
+        /// decided in an earlier term (stale, must change nothing).
+        decided: u8,
     },
     Acquire {
         lock: u8,
@@ -189,7 +194,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (1..=4u8, prop::bool::weighted(0.95))
             .prop_map(|(lease, ttl_ok)| Op::CreateLease { lease, ttl_ok }),
         1 => lease_id().prop_map(|lease| Op::Revoke { lease }),
-        2 => lease_id().prop_map(|lease| Op::Expire { lease }),
+        2 => (lease_id(), 0..3u8).prop_map(|(lease, decided)| Op::Expire { lease, decided }),
         10 => (lock_index(), lease_choice(), holder_index(), prop::bool::weighted(0.6), delay_ms()).prop_map(
             |(lock, lease, holder, wait, delay_ms)| Op::Acquire { lock, lease, holder, wait, delay_ms }
         ),
@@ -663,11 +668,14 @@ impl Model {
                 );
                 Some(MReply::LeaseCreated)
             }
-            Command::RevokeLease { lease_id } | Command::ExpireLease { lease_id } => {
+            Command::ExpireLeaseOfTerm { term, .. } if *term != LOG_TERM => None,
+            Command::RevokeLease { lease_id }
+            | Command::ExpireLease { lease_id }
+            | Command::ExpireLeaseOfTerm { lease_id, .. } => {
                 if !self.leases.contains_key(&lease_id.0) {
                     return None;
                 }
-                let expired = matches!(command, Command::ExpireLease { .. });
+                let expired = !matches!(command, Command::RevokeLease { .. });
                 Some(self.end_lease(lease_id.0, expired))
             }
             Command::Acquire {
@@ -1087,8 +1095,16 @@ fn to_request(step: &Step, model: &Model, history: &mut History) -> Request {
         Op::Revoke { lease } => Command::RevokeLease {
             lease_id: LeaseId(u128::from(*lease)),
         },
-        Op::Expire { lease } => Command::ExpireLease {
+        Op::Expire { lease, decided: 0 } => Command::ExpireLease {
             lease_id: LeaseId(u128::from(*lease)),
+        },
+        Op::Expire { lease, decided } => Command::ExpireLeaseOfTerm {
+            lease_id: LeaseId(u128::from(*lease)),
+            term: if *decided == 1 {
+                LOG_TERM
+            } else {
+                LOG_TERM - 1
+            },
         },
         Op::Acquire {
             lock,
@@ -1472,6 +1488,7 @@ fn run_case(case: &Case, checks: Checks) -> Result<(), TestCaseError> {
         let ctx = ApplyContext {
             now_ms: history.now_ms,
             limits,
+            term: LOG_TERM,
         };
         let mut batch = Batch {
             now_ms: ctx.now_ms,
@@ -1540,11 +1557,11 @@ fn run_case(case: &Case, checks: Checks) -> Result<(), TestCaseError> {
             }
         }
         // The same entry through apply_batch: the same outcomes, the same state.
-        let batched = sm.apply_batch(&batch);
+        let batched = sm.apply_batch(&batch, LOG_TERM);
         prop_assert_eq!(&batched, &outcomes);
         prop_assert!(sm == seq, "apply_batch and apply agree");
         if let Some(twin) = twin.as_mut() {
-            let again = twin.apply_batch(&batch);
+            let again = twin.apply_batch(&batch, LOG_TERM);
             prop_assert_eq!(&again, &outcomes, "the restored machine answers alike");
         }
     }
@@ -1618,7 +1635,7 @@ proptest! {
     #[test]
     fn a_corrupted_snapshot_is_refused_or_restored(at in any::<prop::sample::Index>(), byte in any::<u8>(), cut in any::<prop::sample::Index>()) {
         let mut sm = StateMachine::new();
-        let ctx = ApplyContext { now_ms: 1_000, limits: Limits::default() };
+        let ctx = ApplyContext { now_ms: 1_000, limits: Limits::default(), term: 1 };
         for (n, name) in ["a", "b/c"].iter().enumerate() {
             let lease = LeaseId(n as u128 + 1);
             sm.apply(&ctx, &Request::plain(Command::CreateLease { lease_id: lease, ttl_ms: 5_000, holder: "h".into() }.by(Some("p"))));

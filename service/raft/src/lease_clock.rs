@@ -25,14 +25,32 @@ struct Deadline {
     retry_at: Option<Instant>,
 }
 
-/// Lease id -> deadline.
+/// The deadlines of one leadership term.
+#[derive(Default)]
+struct Deadlines {
+    /// The term in which these deadlines were (re)started; every expiry decided
+    /// from them carries it, and the log applies it only in that term.
+    term: u64,
+    leases: HashMap<LeaseId, Deadline>,
+}
+
+/// Lease id -> deadline, for the term this node leads.
 #[derive(Default)]
 pub struct LeaseClock {
-    deadlines: Mutex<HashMap<LeaseId, Deadline>>,
+    deadlines: Mutex<Deadlines>,
+}
+
+/// Leases whose deadline passed, decided by the clock of the leader of `term`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Expired {
+    /// The term the decision belongs to.
+    pub term: u64,
+    /// The leases to expire.
+    pub leases: Vec<LeaseId>,
 }
 
 impl LeaseClock {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<LeaseId, Deadline>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Deadlines> {
         self.deadlines
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -48,7 +66,7 @@ impl LeaseClock {
                     lease_id, ttl_ms, ..
                 } => {
                     let ttl = Duration::from_millis(*ttl_ms);
-                    deadlines.get_or_insert_with(|| self.lock()).insert(
+                    deadlines.get_or_insert_with(|| self.lock()).leases.insert(
                         *lease_id,
                         Deadline {
                             at: now + ttl,
@@ -61,6 +79,7 @@ impl LeaseClock {
                 EventKind::LeaseEnded { lease_id, .. } => {
                     deadlines
                         .get_or_insert_with(|| self.lock())
+                        .leases
                         .remove(lease_id);
                 }
                 _ => {}
@@ -68,15 +87,16 @@ impl LeaseClock {
         }
     }
 
-    /// Restarts every live lease at a full TTL from now (on becoming leader, after
-    /// a snapshot install).
-    pub fn reset_all(&self, state: &StateMachine) {
+    /// Restarts every live lease at a full TTL from now, for leadership `term`
+    /// (on becoming leader, or leader again in a later term).
+    pub fn reset_all(&self, state: &StateMachine, term: u64) {
         let now = Instant::now();
         let mut deadlines = self.lock();
-        deadlines.clear();
+        deadlines.term = term;
+        deadlines.leases.clear();
         for (lease_id, ttl_ms) in state.leases() {
             let ttl = Duration::from_millis(ttl_ms);
-            deadlines.insert(
+            deadlines.leases.insert(
                 lease_id,
                 Deadline {
                     at: now + ttl,
@@ -93,7 +113,7 @@ impl LeaseClock {
     /// keepalive acknowledged now would promise a lease that is about to end.
     pub fn keep_alive(&self, lease_id: LeaseId) -> Option<Duration> {
         let mut deadlines = self.lock();
-        let deadline = deadlines.get_mut(&lease_id)?;
+        let deadline = deadlines.leases.get_mut(&lease_id)?;
         if deadline.expiring {
             return None;
         }
@@ -104,17 +124,24 @@ impl LeaseClock {
     /// Time left before the lease expires, as this node's clock sees it.
     pub fn remaining(&self, lease_id: LeaseId) -> Option<Duration> {
         let deadlines = self.lock();
-        let deadline = deadlines.get(&lease_id)?;
+        let deadline = deadlines.leases.get(&lease_id)?;
         Some(deadline.at.saturating_duration_since(Instant::now()))
     }
 
+    /// The term the deadlines belong to (0 before this node first led).
+    pub fn term(&self) -> u64 {
+        self.lock().term
+    }
+
     /// Leases past their deadline whose expiry is not in flight (new ones, and
-    /// failed proposals due for another try); marks them as being expired.
-    pub fn take_expired(&self) -> Vec<LeaseId> {
+    /// failed proposals due for another try), with the term of the decision;
+    /// marks them as being expired.
+    pub fn take_expired(&self) -> Expired {
         let now = Instant::now();
         let mut deadlines = self.lock();
+        let term = deadlines.term;
         let mut expired = Vec::new();
-        for (lease_id, deadline) in deadlines.iter_mut() {
+        for (lease_id, deadline) in deadlines.leases.iter_mut() {
             let due = if deadline.expiring {
                 deadline.retry_at.is_some_and(|at| at <= now)
             } else {
@@ -126,21 +153,29 @@ impl LeaseClock {
                 expired.push(*lease_id);
             }
         }
-        expired
+        Expired {
+            term,
+            leases: expired,
+        }
     }
 
-    /// An expiry proposal failed: propose it again in a second. The lease stays
-    /// refused to keepalives (the failed proposal may still commit); a new leader
-    /// starts over with full TTLs anyway.
-    pub fn expiry_failed(&self, lease_id: LeaseId) {
-        if let Some(deadline) = self.lock().get_mut(&lease_id) {
+    /// An expiry proposal decided in `term` failed: propose it again in a
+    /// second. The lease stays refused to keepalives (the failed proposal may
+    /// still commit); a new term starts over with full TTLs anyway, so a failure
+    /// from an older term is ignored.
+    pub fn expiry_failed(&self, term: u64, lease_id: LeaseId) {
+        let mut deadlines = self.lock();
+        if deadlines.term != term {
+            return;
+        }
+        if let Some(deadline) = deadlines.leases.get_mut(&lease_id) {
             deadline.retry_at = Some(Instant::now() + Duration::from_secs(1));
         }
     }
 
     /// Number of leases tracked.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().leases.len()
     }
 
     /// Whether no lease is tracked.
@@ -170,23 +205,26 @@ mod tests {
         let clock = LeaseClock::default();
         clock.on_events(&[created(1, 1_000)]);
         tokio::time::advance(Duration::from_millis(900)).await;
-        assert!(clock.take_expired().is_empty());
+        assert!(clock.take_expired().leases.is_empty());
         assert_eq!(
             clock.keep_alive(LeaseId(1)),
             Some(Duration::from_millis(1_000))
         );
         tokio::time::advance(Duration::from_millis(999)).await;
-        assert!(clock.take_expired().is_empty());
+        assert!(clock.take_expired().leases.is_empty());
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(clock.take_expired(), vec![LeaseId(1)]);
+        assert_eq!(clock.take_expired().leases, vec![LeaseId(1)]);
         assert!(
-            clock.take_expired().is_empty(),
+            clock.take_expired().leases.is_empty(),
             "an expiry is proposed once"
         );
-        clock.expiry_failed(LeaseId(1));
-        assert!(clock.take_expired().is_empty(), "retried after a pause");
+        clock.expiry_failed(0, LeaseId(1));
+        assert!(
+            clock.take_expired().leases.is_empty(),
+            "retried after a pause"
+        );
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(clock.take_expired(), vec![LeaseId(1)]);
+        assert_eq!(clock.take_expired().leases, vec![LeaseId(1)]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -195,6 +233,7 @@ mod tests {
         let ctx = ApplyContext {
             now_ms: 0,
             limits: Limits::default(),
+            term: 1,
         };
         state.apply(
             &ctx,
@@ -206,15 +245,15 @@ mod tests {
         );
         let clock = LeaseClock::default();
         tokio::time::advance(Duration::from_millis(1_500)).await;
-        clock.reset_all(&state);
+        clock.reset_all(&state, 3);
         assert_eq!(
             clock.remaining(LeaseId(7)),
             Some(Duration::from_millis(2_000))
         );
         tokio::time::advance(Duration::from_millis(1_999)).await;
-        assert!(clock.take_expired().is_empty());
+        assert!(clock.take_expired().leases.is_empty());
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(clock.take_expired(), vec![LeaseId(7)]);
+        assert_eq!(clock.take_expired().leases, vec![LeaseId(7)]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -241,7 +280,7 @@ mod tests {
         let clock = LeaseClock::default();
         clock.on_events(&[created(1, 1_000)]);
         tokio::time::advance(Duration::from_millis(1_001)).await;
-        assert_eq!(clock.take_expired(), vec![LeaseId(1)]);
+        assert_eq!(clock.take_expired().leases, vec![LeaseId(1)]);
         assert_eq!(
             clock.keep_alive(LeaseId(1)),
             None,
@@ -249,10 +288,67 @@ mod tests {
         );
         // A failed proposal may still commit: the lease stays refused, and its
         // expiry is proposed again a second later.
-        clock.expiry_failed(LeaseId(1));
+        clock.expiry_failed(0, LeaseId(1));
         assert_eq!(clock.keep_alive(LeaseId(1)), None);
-        assert!(clock.take_expired().is_empty());
+        assert!(clock.take_expired().leases.is_empty());
         tokio::time::advance(Duration::from_millis(1_001)).await;
-        assert_eq!(clock.take_expired(), vec![LeaseId(1)]);
+        assert_eq!(clock.take_expired().leases, vec![LeaseId(1)]);
+    }
+
+    /// Chaos finding 7: an expiry decided in one term must never be applied in
+    /// another, and a failure reported for it must not touch the new term's
+    /// deadlines.
+    #[tokio::test(start_paused = true)]
+    async fn an_expiry_carries_the_term_of_its_decision() {
+        let mut state = StateMachine::new();
+        let ctx = ApplyContext {
+            now_ms: 0,
+            limits: Limits::default(),
+            term: 4,
+        };
+        state.apply(
+            &ctx,
+            &Request::plain(Command::CreateLease {
+                lease_id: LeaseId(1),
+                ttl_ms: 1_000,
+                holder: String::new(),
+            }),
+        );
+        let clock = LeaseClock::default();
+        clock.reset_all(&state, 4);
+        tokio::time::advance(Duration::from_millis(1_001)).await;
+        let decided = clock.take_expired();
+        assert_eq!(
+            decided,
+            Expired {
+                term: 4,
+                leases: vec![LeaseId(1)]
+            }
+        );
+        // Leader again in term 6: the lease restarts, not expiring.
+        clock.reset_all(&state, 6);
+        assert_eq!(clock.term(), 6);
+        clock.expiry_failed(decided.term, LeaseId(1));
+        assert_eq!(
+            clock.keep_alive(LeaseId(1)),
+            Some(Duration::from_millis(1_000)),
+            "the old term's failure leaves the new deadline alone"
+        );
+        // And the log refuses the old decision in an entry of the new term.
+        let late = state.apply(
+            &ApplyContext { term: 6, ..ctx },
+            &Request::plain(Command::ExpireLeaseOfTerm {
+                lease_id: LeaseId(1),
+                term: decided.term,
+            }),
+        );
+        assert!(
+            matches!(
+                late.result,
+                Err(baton_core::CoreError::ExpiryOutdated { .. })
+            ),
+            "{late:?}"
+        );
+        assert_eq!(state.lease_ttl_ms(LeaseId(1)), Some(1_000));
     }
 }

@@ -349,13 +349,23 @@ async fn watch_leadership(node: Arc<Node>) {
     let mut metrics = node.raft.server_metrics();
     let mut stop = node.stop.subscribe();
     loop {
-        let leading_now = metrics.borrow_and_update().state == ServerState::Leader;
+        let (leading_now, term) = {
+            let seen = metrics.borrow_and_update();
+            (
+                seen.state == ServerState::Leader,
+                seen.vote.leader_id().term,
+            )
+        };
         let was = node.leading.load(Ordering::Acquire);
-        if leading_now && !was {
-            node.clock.reset_all(&node.shared.read().machine);
+        // Leading again in a later term counts as becoming leader, even when the
+        // step down in between was too brief for this task to see it.
+        if leading_now && (!was || node.clock.term() != term) {
+            node.leading.store(false, Ordering::Release);
+            node.clock.reset_all(&node.shared.read().machine, term);
             node.leading.store(true, Ordering::Release);
             tracing::info!(
                 node = node.config.node_id,
+                term,
                 "became leader; every lease restarts at a full TTL"
             );
         } else if !leading_now && was {
@@ -387,25 +397,30 @@ async fn run_lease_clock(node: Arc<Node>) {
         if !node.is_leader() {
             continue;
         }
-        for lease_id in node.clock.take_expired() {
+        let expired = node.clock.take_expired();
+        for lease_id in expired.leases {
             let node = node.clone();
+            let term = expired.term;
             tokio::spawn(async move {
                 // Only this node's clock decided it, so only this node may propose
                 // it: never forwarded (a deposed leader's stale decision would expire
-                // a lease the new leader just kept alive).
+                // a lease the new leader just kept alive). And only in the term it
+                // was decided in: a proposal that waited across a re-election of
+                // this same node is refused by the log (chaos finding 7).
                 let outcome = node
-                    .propose_as_leader(Request::plain(Command::ExpireLease { lease_id }))
+                    .propose_as_leader(Request::plain(Command::ExpireLeaseOfTerm {
+                        lease_id,
+                        term,
+                    }))
                     .await;
                 match outcome {
                     Ok(Outcome {
-                        result: Ok(Reply::LeaseEnded { .. }),
+                        result:
+                            Ok(Reply::LeaseEnded { .. })
+                            | Err(CoreError::LeaseNotFound | CoreError::ExpiryOutdated { .. }),
                         ..
                     }) => {}
-                    Ok(Outcome {
-                        result: Err(CoreError::LeaseNotFound),
-                        ..
-                    }) => {}
-                    _ => node.clock.expiry_failed(lease_id),
+                    _ => node.clock.expiry_failed(term, lease_id),
                 }
             });
         }

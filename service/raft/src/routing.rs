@@ -301,12 +301,20 @@ impl Node {
     }
 
     /// The lease clock is authoritative only on a leader that has restarted
-    /// every lease's TTL since it took over.
+    /// every lease's TTL in its current term. Right after a re-election the
+    /// restart may not have happened yet: that answers 503 (retry), not a
+    /// verdict from the previous term's deadlines.
     fn require_clock(&self) -> Result<(), RaftLayerError> {
-        if self.is_leader() {
+        if !self.is_leader() {
+            return Err(self.not_leader());
+        }
+        let term = self.raft.server_metrics().borrow().vote.leader_id().term;
+        if self.clock.term() == term {
             Ok(())
         } else {
-            Err(self.not_leader())
+            Err(RaftLayerError::unavailable(
+                "leader in a new term; its lease clock is restarting",
+            ))
         }
     }
 

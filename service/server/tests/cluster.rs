@@ -463,6 +463,124 @@ async fn a_deposed_leader_back_from_a_pause_expires_nothing() {
     assert_eq!(status, 200, "the kept-alive lease survived: {body}");
 }
 
+/// Chaos finding 7 (seed 1 smoke): a leader cut off from the others decided a
+/// lease's expiry, but the proposal waited in its proposer behind entries that
+/// could not commit. The node stepped down, was elected again, restarted every
+/// lease at a full TTL and acknowledged a keepalive; then the stale expiry went
+/// into the new term's log and ended the lease it had just vouched for. An
+/// expiry now carries the term its clock decided it in, and an entry of another
+/// term does not apply it.
+///
+/// The choreography makes the same node win again: with node 3 stopped and
+/// node 1 holding two entries node 2 lacks, node 2 can bump the term but never
+/// win, and node 1 wins the next election.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_expiry_from_before_a_re_election_ends_no_lease() {
+    // A propose timeout longer than the whole dance, so the queued expiry is
+    // still waiting for a place when node 1 leads again.
+    let mut cluster = Cluster::start(3, &["--propose-timeout-ms", "20000"]).await;
+    let leader = cluster.wait_leader(None).await;
+    let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    let (bumper, sleeper) = (others[0], others[1]);
+    let lease = cluster.lease(leader, 2_000).await;
+    let created = Instant::now();
+
+    // Cut the leader off; writes fill its proposer's two places in flight and
+    // queue behind them.
+    cluster.pause(bumper);
+    cluster.pause(sleeper);
+    // Apart in time, so that they are several entries, not one batch, even on
+    // a loaded machine.
+    let mut stuck = Vec::new();
+    for n in 0..4 {
+        stuck.push(cluster.spawn_post(
+            leader,
+            &format!("/v1/locks/stuck-{n}:acquire"),
+            json!({"ttl_ms": 60_000}),
+        ));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert!(
+        created.elapsed() < Duration::from_millis(1_500),
+        "the places in flight were full well before the lease's deadline"
+    );
+    // Past the lease's TTL and a few ticks: the leader's clock decides the
+    // expiry, and the proposal queues behind the stuck entries.
+    tokio::time::sleep(Duration::from_millis(2_500).saturating_sub(created.elapsed())).await;
+
+    // Node `bumper` campaigns alone while the leader is stopped: the term rises,
+    // nobody wins.
+    cluster.pause(leader);
+    cluster.resume(bumper);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    cluster.resume(leader);
+    let again = cluster.wait_leader(None).await;
+    assert_eq!(
+        again, leader,
+        "the node with the longer log is elected again"
+    );
+
+    // The new term restarted the lease at a full TTL. Keep it alive through the
+    // leader every 200 ms, each call in its own task, until the stuck entries
+    // have been answered (committed with the new term, or timed out) and the
+    // queued expiry has had its chance.
+    let stop = Arc::new(AtomicBool::new(false));
+    let answers = Arc::new(std::sync::Mutex::new(Vec::<(u16, Value)>::new()));
+    let keeper = {
+        let client = cluster.client.clone();
+        let base = cluster.node(leader).api.clone();
+        let path = format!("/v1/leases/{lease}:keepalive");
+        let (stop, answers) = (stop.clone(), answers.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let (client, base, path, answers) =
+                    (client.clone(), base.clone(), path.clone(), answers.clone());
+                tokio::spawn(async move {
+                    let answer = call(&client, &base, reqwest::Method::POST, &path, None).await;
+                    answers.lock().unwrap().push(answer);
+                });
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let acknowledged = eventually(100, || async {
+        answers
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(status, _)| *status == 200)
+            .then_some(())
+    })
+    .await;
+    assert!(
+        acknowledged.is_some(),
+        "a keepalive is acknowledged in the new term: {:?}",
+        answers.lock().unwrap()
+    );
+    for task in stuck {
+        let _ = task.await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    stop.store(true, Ordering::Relaxed);
+    keeper.await.unwrap();
+    let (status, body) = cluster.get(leader, &format!("/v1/leases/{lease}")).await;
+    assert_eq!(status, 200, "the acknowledged lease is still there: {body}");
+    let answers = answers.lock().unwrap().clone();
+    let first_ok = answers
+        .iter()
+        .position(|(status, _)| *status == 200)
+        .unwrap();
+    let later: Vec<u16> = answers[first_ok..]
+        .iter()
+        .map(|(status, _)| *status)
+        .collect();
+    assert!(
+        !later.contains(&404),
+        "no keepalive after the first acknowledgement finds the lease gone: {later:?}"
+    );
+    cluster.resume(sleeper);
+}
+
 /// Graceful shutdown of a leader hands leadership over first: by the time its
 /// process has exited, the others already follow a new leader (without a
 /// hand-over they would keep the dead one for a lease and an election timeout).
@@ -518,7 +636,6 @@ async fn watches_on_a_follower_see_the_same_sequence_as_on_the_leader() {
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     // A scripted workload through every node: leases, locks with a hand-off,
     // an election, a name, a revoke.
-    let mut last = 0;
     for id in 1..=3 {
         let lease = cluster.lease(id, 30_000).await;
         let (_, held) = cluster
@@ -562,9 +679,11 @@ async fn watches_on_a_follower_see_the_same_sequence_as_on_the_leader() {
             )
             .await;
         assert_eq!(status, 200, "{body}");
-        let (_, view) = cluster.get(id, "/v1/cluster").await;
-        last = last.max(view["applied_revision"].as_u64().unwrap());
     }
+    // Every write was applied by the leader before it was acknowledged (a
+    // follower's own view may lag behind, and once cut the stream short here).
+    let (_, view) = cluster.get(leader, "/v1/cluster").await;
+    let last = view["applied_revision"].as_u64().unwrap();
     let mut streams = Vec::new();
     for id in [leader, follower] {
         let url = format!("{}/v1/watch?since=0", cluster.node(id).api);

@@ -92,7 +92,9 @@ impl StateMachineStore {
                     EntryPayload::Blank => Vec::new(),
                     EntryPayload::Normal(batch) => {
                         from_normal = Some(index);
-                        applied.machine.apply_batch(&batch)
+                        applied
+                            .machine
+                            .apply_batch(&batch, entry.log_id.leader_id.term)
                     }
                     EntryPayload::Membership(membership) => {
                         applied.membership = StoredMembership::new(Some(entry.log_id), membership);

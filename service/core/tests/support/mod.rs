@@ -37,6 +37,7 @@ impl Driver {
         let ctx = ApplyContext {
             now_ms: self.now_ms,
             limits: self.limits,
+            term: 1,
         };
         self.sm.apply(&ctx, &request)
     }

@@ -268,6 +268,11 @@ impl Cluster {
         } else {
             &["--heartbeat-ms", "50", "--election-timeout-ms", "500"]
         };
+        let propose_timeout: &[&str] = if extra.iter().any(|a| a == "--propose-timeout-ms") {
+            &[]
+        } else {
+            &["--propose-timeout-ms", "3000"]
+        };
         let node = &mut self.nodes[(id - 1) as usize];
         let child = Command::new(baton_bin())
             .arg("serve")
@@ -277,7 +282,7 @@ impl Cluster {
             .arg("--data-dir")
             .arg(&node.data)
             .args(timing)
-            .args(["--propose-timeout-ms", "3000"])
+            .args(propose_timeout)
             .args(&node.membership_args)
             .args(&extra)
             .env("BATON_CLUSTER_SECRET", SECRET)
