@@ -102,10 +102,18 @@ openapi:
 # Clippy runs as the compiler of a normal build (what `cargo clippy` does under a
 # check): a check would compile RocksDB's C++ a second time for its own artefacts.
 CLIPPY_DRIVER ?= $(shell rustc --print sysroot)/bin/clippy-driver
+# baton-core's own clippy.toml forbids clocks, sleeps, threads, files, sockets and
+# processes in its code; the tree check keeps async runtimes, network and storage
+# crates out of its dependencies. cargo-machete finds dependencies nothing uses.
+CORE_FORBIDDEN_DEPS = ^(tokio|mio|async-std|futures|reqwest|hyper|actix-web|actix-rt|openraft|rocksdb|librocksdb-sys|socket2) v
 lint: setup
 	$(CARGO) fmt --all -- --check
 	CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__" RUSTC_WORKSPACE_WRAPPER=$(CLIPPY_DRIVER) \
 		$(CARGO) build --workspace --all-targets
+	@if $(CARGO) tree -p baton-core -e normal --prefix none | grep -E '$(CORE_FORBIDDEN_DEPS)'; then \
+		echo "lint: baton-core must stay pure (no runtime, network or storage crate)" >&2; exit 1; fi
+	@.ci/setup lint
+	$(CARGO) machete
 
 fmt:
 	$(CARGO) fmt --all

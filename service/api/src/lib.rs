@@ -3,6 +3,35 @@
 //! Maps HTTP/JSON to Baton's commands and outcomes back to HTTP: actix-web
 //! handlers (kept thin), utoipa schemas for the OpenAPI document, and
 //! `application/problem+json` errors from one table ([`error::ApiError`]).
+//!
+//! ## Modules
+//!
+//! - `routes`: the route table the router is built from ([`route_table`],
+//!   [`configure`]), the admission middleware (auth, then rate limit) and 404/405.
+//! - [`auth`]: the auth file, who a request is ([`auth::Authenticator`]) and what it may
+//!   use ([`auth::Caller`]).
+//! - [`rate_limit`]: the request-rate token bucket of each principal on this node.
+//! - `state`: what every handler shares ([`ApiState`], [`ApiSettings`]).
+//! - [`request`]: raw input into checked values: bodies, names, lease ids,
+//!   `Idempotency-Key`, read consistency, paging.
+//! - [`respond`]: proposing commands as the caller, and success answers with their
+//!   headers.
+//! - [`error`]: the one table from errors to HTTP status, stable code and problem body.
+//! - [`locks`]: `/v1/locks`: acquire (with FIFO wait), renew, release, validate, inspect, list.
+//! - [`leases`]: `/v1/leases`: create, keep alive, inspect, revoke.
+//! - [`elections`]: `/v1/elections`: campaign (with FIFO wait), proclaim, resign, inspect.
+//! - [`names`]: `/v1/names`: the cluster-unique name registry.
+//! - [`force_release`]: the admin `:revoke` of a lock, an election or a name.
+//! - [`watch`]: `GET /v1/watch` and `:observe`, SSE streams from this replica's watch hub.
+//! - [`cluster`]: cluster status, health, readiness and Prometheus metrics.
+//! - [`members`]: adding and removing nodes (admin).
+//! - `disconnect`: noticing that a waiting request's client went away ([`on_connect`],
+//!   [`client_gone`]).
+//! - [`openapi`]: the OpenAPI document, generated from the handlers ([`ApiDoc`]).
+//! - `spec_rules`: rules applied to the generated document for whole classes of
+//!   operations (auth, error statuses, bounds, links).
+//! - `spec_examples`: the document's success examples, serialized from the answer types.
+//! - `docs`: `/openapi.json`, `/docs` and `/ui`, compiled into the binary.
 
 pub mod auth;
 pub mod cluster;

@@ -6,6 +6,7 @@ use crate::lease::{Attachment, Lease};
 use crate::limits::Limits;
 use crate::machine::{check_holder, check_ttl, StateMachine};
 use crate::outcome::{EndReason, Event, EventKind, Released, Reply};
+use crate::queueing::SlotKind;
 
 impl StateMachine {
     pub(crate) fn create_lease(
@@ -86,10 +87,10 @@ impl StateMachine {
         for attachment in waits.into_iter().chain(holdings) {
             match attachment {
                 Attachment::LockWait(name, waiter) => {
-                    self.drop_lock_waiter(&name, waiter, reason, events);
+                    self.drop_waiter(SlotKind::Lock, &name, waiter, reason, events);
                 }
                 Attachment::Candidacy(name, waiter) => {
-                    self.drop_candidate(&name, waiter, reason, events);
+                    self.drop_waiter(SlotKind::Election, &name, waiter, reason, events);
                 }
                 Attachment::Lock(name) => {
                     self.end_lock_holding(&name, reason, events);

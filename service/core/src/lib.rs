@@ -18,6 +18,35 @@
 //! allocator overhead included; `tests/memory.rs` prints it and fails above 1 KiB),
 //! and about 110 bytes of snapshot. Applying runs at 2 to 4 million simple commands
 //! per second on one core (the `apply` benchmark). See the crate's README.
+//!
+//! ## Modules
+//!
+//! The modules are private; everything public is re-exported here.
+//!
+//! - `machine`: [`StateMachine`] and its apply path: the clock, idempotent replay, the
+//!   principal and quota wrappers, and the dispatch of each command to its rules.
+//! - `command`: what replicas apply: [`Batch`], [`Request`], [`Command`].
+//! - `outcome`: what applying produced: the [`Reply`] for the proposer, the [`Event`]s
+//!   for waiting requests, watch streams and the lease clock.
+//! - `error`: [`CoreError`], why a command was refused (one stable API code each).
+//! - `queueing`: the waiting-acquire algorithm locks and elections share: hold a slot,
+//!   queue for it in FIFO order, hand it to the head of the line.
+//! - `slot`: the single-holder slot with its FIFO queue that both are made of.
+//! - `locks`: what a lock adds: the holder label, release by token, the lock delay.
+//! - `elections`: what an election adds: the leader's published value, proclaim, resign.
+//! - `names`: the name registry, one owner per name across the cluster.
+//! - `force_release`: an admin ending another holder's holding without its lease id.
+//! - `lease`: a lease and the holdings and waits attached to it.
+//! - `leases`: lease rules: create, revoke, expire; an ending lease releases all it holds.
+//! - `idempotency`: remembered answers for retried writes, per principal and key.
+//! - `quota`: [`Quota`], the caps on what the cluster and each principal may hold.
+//! - `usage`: what each principal holds, counted as the state changes, so that quotas
+//!   are judged in constant time.
+//! - `limits`: [`Limits`], the bounds the leader stamps into every batch.
+//! - `ids`: [`LeaseId`] and [`WaiterId`], chosen by the proposer and stored verbatim.
+//! - `name`: the naming rules shared by locks, elections and registered names.
+//! - `snapshot`: the snapshot encoding (a format-version byte, then postcard).
+//! - `views`: read-only views for GET endpoints, validation and the lease clock.
 
 mod command;
 mod elections;
@@ -33,6 +62,7 @@ mod machine;
 mod name;
 mod names;
 mod outcome;
+mod queueing;
 mod quota;
 mod slot;
 mod snapshot;

@@ -12,6 +12,7 @@ use crate::ids::LeaseId;
 use crate::lease::{Attachment, Lease, Leases};
 use crate::limits::Limits;
 use crate::outcome::{EndReason, Event, EventKind, Outcome, Reply};
+use crate::queueing::{Claim, SlotKind};
 use crate::quota::Quota;
 use crate::slot::Slot;
 use crate::usage::UsageTable;
@@ -229,12 +230,16 @@ impl StateMachine {
                 lock_delay_ms,
             } => self.acquire(
                 limits,
-                name,
-                lease,
-                holder.as_deref(),
-                *waiter,
-                *lock_delay_ms,
-                idempotency,
+                Claim {
+                    kind: SlotKind::Lock,
+                    name,
+                    lease,
+                    holder: holder.as_deref(),
+                    value: "",
+                    lock_delay_ms: *lock_delay_ms,
+                    waiter: *waiter,
+                    idempotency,
+                },
                 events,
             ),
             Command::Release {
@@ -242,7 +247,9 @@ impl StateMachine {
                 lease_id,
                 token,
             } => self.release(name, *lease_id, *token, events),
-            Command::CancelWait { name, waiter } => self.cancel_wait(name, *waiter, events),
+            Command::CancelWait { name, waiter } => {
+                self.cancel_waiting(SlotKind::Lock, name, *waiter, events)
+            }
             Command::Campaign {
                 name,
                 lease,
@@ -251,12 +258,16 @@ impl StateMachine {
                 waiter,
             } => self.campaign(
                 limits,
-                name,
-                lease,
-                candidate,
-                value,
-                *waiter,
-                idempotency,
+                Claim {
+                    kind: SlotKind::Election,
+                    name,
+                    lease,
+                    holder: Some(candidate),
+                    value,
+                    lock_delay_ms: 0,
+                    waiter: *waiter,
+                    idempotency,
+                },
                 events,
             ),
             Command::Proclaim {
@@ -270,7 +281,9 @@ impl StateMachine {
                 lease_id,
                 token,
             } => self.resign(name, *lease_id, *token, events),
-            Command::CancelCampaign { name, waiter } => self.cancel_campaign(name, *waiter, events),
+            Command::CancelCampaign { name, waiter } => {
+                self.cancel_waiting(SlotKind::Election, name, *waiter, events)
+            }
             Command::Register {
                 name,
                 lease,

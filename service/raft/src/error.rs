@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// refusal travels back to the follower that forwarded the call.
 #[derive(Debug, Clone, thiserror::Error, Serialize, Deserialize)]
 pub enum RaftLayerError {
-    /// This node is not the leader; `leader` is the current one's API address if known.
+    /// This node is not the leader; `leader_api` is the current one's API address if known.
     #[error("this node is not the leader")]
     NotLeader {
         /// The leader's id, if known.

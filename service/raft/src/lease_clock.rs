@@ -1,10 +1,11 @@
 //! The leader's lease clock: deadlines on a monotonic clock, in memory.
 //!
 //! Keepalives only move a deadline here (no disk write, no log entry); when a
-//! deadline passes, the leader proposes an `ExpireLease` command, so every replica
-//! drops the same holdings at the same revision. A node that becomes leader
-//! restarts every lease's deadline at a full TTL, so a leader change never
-//! shortens a lease (etcd's rule).
+//! deadline passes, the leader proposes an `ExpireLeaseOfTerm` command, so every
+//! replica drops the same holdings at the same revision. A node that becomes
+//! leader (in every new term) restarts every lease's deadline at a full TTL, so a
+//! leader change never shortens a lease (etcd's rule); an expiry carries the term
+//! it was decided in, and the log applies it only in that term.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

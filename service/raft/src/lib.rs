@@ -5,6 +5,42 @@
 //! clock (keepalives in memory, expiries as replicated commands), linearizable
 //! reads (ReadIndex), the registry of requests waiting for queued grants and the
 //! watch hub that feeds watch streams.
+//!
+//! ## Modules
+//!
+//! The modules are private; everything public is re-exported here.
+//!
+//! - `node`: [`Node`], a running node: opens the store, starts openraft, the proposer and
+//!   the lease-clock ticker, and routes applied events to the clock, the waiters and the
+//!   watch hub.
+//! - `config`: [`NodeConfig`], what a node needs to know to start.
+//! - `bootstrap`: how a node finds its cluster (initialize alone, the lowest id of static
+//!   peers, or ask to join) and gets its recorded addresses fixed.
+//! - `routing`: leader-only work from any node: run here on the leader, else sent to the
+//!   leader, retried across leader changes only when a retry cannot apply twice.
+//! - `leader_call`: [`LeaderCall`] and [`LeaderAnswer`], what a follower asks of the
+//!   leader instead of forwarding HTTP.
+//! - `leader_link`: [`LeaderLink`], the follower's side of those calls, with the cluster
+//!   secret.
+//! - `peer_server`: the peer listener ([`peer_routes`]): openraft's RPCs, leader calls
+//!   and the status bootstrap asks for, never on the client API's address.
+//! - `network`: [`HttpNetwork`], openraft's RPCs as JSON over pooled HTTP connections.
+//! - `proposer`: [`Proposer`], batching requests into log entries, one fsync for many.
+//! - `lease_clock`: [`LeaseClock`], the leader's lease deadlines in memory; expiries are
+//!   proposed as commands.
+//! - `waiters`: [`WaiterRegistry`], requests waiting for a queued grant, woken by apply.
+//! - `waiting`: [`Node::propose_and_wait`], proposing a request that may queue and waiting
+//!   for its grant; a wait that ends early leaves the queue through the log.
+//! - `watch_hub`: [`WatchHub`], the bounded history of events that every watch stream
+//!   reads from its own cursor.
+//! - `watch_event`: [`WatchEvent`], one change as watch streams publish it, its SSE frame
+//!   encoded once.
+//! - `membership`: adding members (learner first, voter once caught up) and removing
+//!   them, on the leader.
+//! - `handover`: a leader handing over to a caught-up voter before it shuts down.
+//! - `tls`: [`Tls`], rustls on both listeners and on calls to peers, reloaded when its
+//!   files change.
+//! - `error`: [`RaftLayerError`], why the Raft layer could not serve a request.
 
 mod bootstrap;
 mod config;

@@ -85,7 +85,7 @@ impl InFlight {
     /// Entries allowed in flight when the membership has `voters` voters.
     pub fn limit(self, voters: usize) -> usize {
         match self {
-            InFlight::Auto if voters <= 1 => 1,
+            InFlight::Auto if voters <= 1 => 2,
             InFlight::Auto => 2,
             InFlight::Fixed(n) => n.max(1),
         }
@@ -345,6 +345,8 @@ mod tests {
     struct ScriptedLog {
         voters: usize,
         submitted: AtomicUsize,
+        /// Announces every submission (the count so far).
+        announce: tokio::sync::watch::Sender<usize>,
         /// Requests per submitted entry, in order.
         sizes: Mutex<Vec<usize>>,
         /// Per submitted entry, in order: the sender that answers it.
@@ -356,6 +358,7 @@ mod tests {
             Arc::new(ScriptedLog {
                 voters,
                 submitted: AtomicUsize::new(0),
+                announce: tokio::sync::watch::Sender::new(0),
                 sizes: Mutex::new(Vec::new()),
                 answers: Mutex::new(Vec::new()),
             })
@@ -376,7 +379,8 @@ mod tests {
             self.answers.lock().expect("lock").push(tx);
             let count = batch.requests.len();
             self.sizes.lock().expect("lock").push(count);
-            self.submitted.fetch_add(1, Ordering::SeqCst);
+            let submitted = self.submitted.fetch_add(1, Ordering::SeqCst) + 1;
+            self.announce.send_replace(submitted);
             Ok(Box::pin(async move {
                 rx.await
                     .map_err(|_| RaftLayerError::unavailable("never answered"))?;
@@ -431,34 +435,47 @@ mod tests {
 
     /// Waits (bounded) until `log` has seen `count` entries.
     async fn until_submitted(log: &ScriptedLog, count: usize) {
-        for _ in 0..500 {
-            if log.submitted.load(Ordering::SeqCst) >= count {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let mut submitted = log.announce.subscribe();
+        let reached = submitted.wait_for(|n| *n >= count);
+        if tokio::time::timeout(Duration::from_secs(5), reached)
+            .await
+            .is_err()
+        {
+            panic!(
+                "only {} of {count} entries were submitted",
+                log.submitted.load(Ordering::SeqCst)
+            );
         }
-        panic!(
-            "only {} of {count} entries were submitted",
-            log.submitted.load(Ordering::SeqCst)
-        );
+    }
+
+    /// Returns once every other task of the test's runtime is blocked: with the
+    /// clock paused, time only moves (and this sleep only ends) when the runtime
+    /// has nothing else to run. No real time passes, and 1 ms of paused time is
+    /// shorter than every timeout in these tests.
+    async fn until_idle() {
+        // Not a wait on time: the paused clock makes this "until nothing runs".
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 
     #[test]
     fn auto_keeps_one_entry_alone_and_two_with_followers() {
-        assert_eq!(InFlight::Auto.limit(1), 1);
+        assert_eq!(InFlight::Auto.limit(1), 2);
         assert_eq!(InFlight::Auto.limit(3), 2);
         assert_eq!(InFlight::Fixed(4).limit(1), 4);
         assert_eq!(InFlight::Fixed(0).limit(3), 1);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_lone_voter_waits_for_the_entry_in_flight_before_the_next() {
         let log = ScriptedLog::new(1);
         let proposer = start(&log, Duration::from_secs(60));
         let first = propose_in_background(&proposer);
         until_submitted(&log, 1).await;
         let second = propose_in_background(&proposer);
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The second request has reached the proposer's queue, and the proposer
+        // has done everything it can without an answer to entry 0.
+        until_idle().await;
+        assert_eq!(proposer.tx.capacity(), 63, "the second request is queued");
         assert_eq!(log.submitted.load(Ordering::SeqCst), 1, "one in flight");
         log.answer(0);
         assert!(first.await.expect("task").is_ok());
@@ -467,7 +484,7 @@ mod tests {
         assert!(second.await.expect("task").is_ok());
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn with_followers_two_entries_are_in_flight() {
         let log = ScriptedLog::new(3);
         let proposer = start(&log, Duration::from_secs(60));
@@ -481,7 +498,7 @@ mod tests {
         assert!(second.await.expect("task").is_ok());
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_entry_never_answered_gives_up_its_place_after_the_timeout() {
         let log = ScriptedLog::new(1);
         let proposer = start(&log, Duration::from_millis(200));
@@ -490,6 +507,13 @@ mod tests {
         // Entry 0 is never answered. Before the fix its place was held forever
         // and this second proposal was never submitted.
         let next = propose_in_background(&proposer);
+        until_idle().await;
+        assert_eq!(
+            log.submitted.load(Ordering::SeqCst),
+            1,
+            "entry 0 holds the place until its answer times out"
+        );
+        tokio::time::advance(Duration::from_millis(200)).await;
         until_submitted(&log, 2).await;
         log.answer(1);
         assert!(next.await.expect("task").is_ok());
@@ -500,7 +524,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_full_queue_refuses_at_once_and_the_queued_requests_still_go_through() {
         let log = ScriptedLog::new(1);
         let proposer = start_queued(&log, Duration::from_secs(60), 2);
@@ -512,12 +536,7 @@ mod tests {
             propose_in_background(&proposer),
             propose_in_background(&proposer),
         ];
-        for _ in 0..500 {
-            if proposer.tx.capacity() == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until_idle().await;
         assert_eq!(proposer.tx.capacity(), 0, "both are queued");
         let refused = proposer.propose(tick(), Duration::from_secs(60)).await;
         assert!(
@@ -535,7 +554,7 @@ mod tests {
         assert_eq!(sizes, [1, 2], "the refused request was never proposed");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_request_withdrawn_at_its_deadline_is_never_proposed() {
         let log = ScriptedLog::new(1);
         let proposer = start(&log, Duration::from_secs(60));

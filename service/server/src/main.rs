@@ -1,4 +1,23 @@
 //! `baton`: the server binary.
+//!
+//! This file wires `baton serve` (the node, the peer and API listeners, signals, the
+//! leader's hand-over on SIGTERM, proxy mode) and dispatches the other subcommands.
+//!
+//! ## Modules
+//!
+//! - `cli`: the command line and environment: every flag, its checks, and the node
+//!   configuration built from them.
+//! - `proxy`: `baton serve --proxy`, a stateless sidecar that forwards to the leader.
+//! - `dev_cluster`: `baton dev cluster`, a local cluster in one command.
+//! - `dev_certs`: `baton dev certs`, a throw-away CA and certificates for trying TLS.
+//! - `auth_cli`: `baton auth`, making tokens and the digests an auth file stores.
+//! - `probe`: `baton probe URL`, a health check that needs no shell and no curl.
+//! - `client`: the typed HTTP client of the client commands, on the API crate's types.
+//! - `client_cli`: the client commands' shared arguments, exit codes and error reports.
+//! - `supervisor`: `baton lock` and `baton elect`: run a command only while the holding lasts.
+//! - `inspect`: `baton locks|elections|names|leases|watch|cluster`, one request each.
+//! - `event_stream`: reading a `text/event-stream` answer event by event.
+//! - `table`: aligned text tables for the human-readable output.
 
 mod auth_cli;
 mod cli;

@@ -11,6 +11,26 @@
 //!
 //! Only this crate touches RocksDB. See the crate's README for the on-disk
 //! layout and the recovery story.
+//!
+//! ## Modules
+//!
+//! The modules are private; everything public is re-exported here.
+//!
+//! - `log_store`: [`LogStore`], openraft's log storage: entries, the vote and the log
+//!   pointers, each append one synced write batch.
+//! - `state_machine_store`: [`StateMachineStore`], openraft's state machine: applies
+//!   batches to baton-core's machine in memory, tells the observer, installs snapshots.
+//! - `shared`: [`SharedState`], the applied state behind a lock for readers, and the
+//!   [`ApplyObserver`] hook through which the raft layer hears about outcomes.
+//! - `snapshot`: what a persisted snapshot's bytes hold and where the current one is kept.
+//! - `snapshot_builder`: [`SnapshotBuilder`], building a snapshot off the state-machine
+//!   task.
+//! - `type_config`: [`TypeConfig`] and [`BatonNode`], the openraft types every crate
+//!   shares.
+//! - `codec`: how values and keys are laid out: a format-version byte then postcard,
+//!   log keys as big-endian indexes.
+//! - `db`: opening RocksDB with its column families (`log`, `meta`, `snapshot`) and keys.
+//! - `error`: [`StoreError`], failures of opening, encoding and RocksDB.
 
 mod codec;
 mod db;
