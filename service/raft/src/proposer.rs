@@ -85,7 +85,7 @@ impl InFlight {
     /// Entries allowed in flight when the membership has `voters` voters.
     pub fn limit(self, voters: usize) -> usize {
         match self {
-            InFlight::Auto if voters <= 1 => 2,
+            InFlight::Auto if voters <= 1 => 1,
             InFlight::Auto => 2,
             InFlight::Fixed(n) => n.max(1),
         }
@@ -459,7 +459,7 @@ mod tests {
 
     #[test]
     fn auto_keeps_one_entry_alone_and_two_with_followers() {
-        assert_eq!(InFlight::Auto.limit(1), 2);
+        assert_eq!(InFlight::Auto.limit(1), 1);
         assert_eq!(InFlight::Auto.limit(3), 2);
         assert_eq!(InFlight::Fixed(4).limit(1), 4);
         assert_eq!(InFlight::Fixed(0).limit(3), 1);

@@ -1,10 +1,10 @@
 //! Real `baton` processes on loopback ports, for the multi-process tests.
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code)]
 
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -15,6 +15,53 @@ pub const SECRET: &str = "test-cluster-secret";
 /// the release binary), else the one cargo built for these tests.
 pub fn baton_bin() -> String {
     std::env::var("BATON_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_baton").to_owned())
+}
+
+/// How often [`eventually`] asks again.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Asks `check` until it answers `Some` (returned), for up to `within`; `None`
+/// when it never did. The tests wait on facts through this, never on time:
+/// `within` only bounds how long a failing test takes to say so.
+pub async fn eventually<T, F, Fut>(within: Duration, check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    eventually_every(POLL, within, check).await
+}
+
+/// [`eventually`], asking every `poll`.
+pub async fn eventually_every<T, F, Fut>(
+    poll: Duration,
+    within: Duration,
+    mut check: F,
+) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = check().await {
+            return Some(value);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        // The poll interval of a wait on a fact (nothing announces these facts).
+        tokio::time::sleep(poll).await;
+    }
+}
+
+/// Waits (up to `within`) until `child` has exited; its status, or `None`.
+/// Asks every 20 ms (a `try_wait` costs nothing), so the exit is seen promptly.
+pub async fn exited(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let poll = Duration::from_millis(20);
+    eventually_every(poll, within, || {
+        std::future::ready(child.try_wait().unwrap())
+    })
+    .await
 }
 
 /// A free loopback port for a server to bind.
@@ -86,17 +133,17 @@ pub async fn start_single(data_dir: &std::path::Path, port: u16) -> Child {
         .unwrap();
     let client = reqwest::Client::new();
     let url = format!("http://127.0.0.1:{port}/readyz");
-    for _ in 0..1_200 {
-        if let Ok(response) = client.get(&url).send().await {
-            if response.status().is_success() {
-                return child;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let ready = eventually(Duration::from_secs(60), || async {
+        let response = client.get(&url).send().await.ok()?;
+        response.status().is_success().then_some(())
+    })
+    .await;
+    if ready.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("baton did not become ready");
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("baton did not become ready");
+    child
 }
 
 /// Sends a signal with the `kill` command (the tests forbid unsafe code).
@@ -318,18 +365,15 @@ impl Cluster {
         node.stopped = false;
     }
 
-    /// Waits (up to 30 s) until node `id` answers `/readyz` with 200.
+    /// Waits (up to 60 s) until node `id` answers `/readyz` with 200.
     pub async fn wait_ready(&self, id: u64) {
         let url = format!("{}/readyz", self.node(id).api);
-        for _ in 0..300 {
-            if let Ok(response) = self.client.get(&url).send().await {
-                if response.status() == 200 {
-                    return;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("node {id} never became ready");
+        let ready = eventually(Duration::from_secs(60), || async {
+            let response = self.client.get(&url).send().await.ok()?;
+            (response.status() == 200).then_some(())
+        })
+        .await;
+        assert!(ready.is_some(), "node {id} never became ready");
     }
 
     /// `GET /v1/cluster` on node `id` (its own view).
@@ -345,9 +389,10 @@ impl Cluster {
         response.json().await.ok()
     }
 
-    /// Waits until the live nodes agree on a leader other than `not`; returns it.
+    /// Waits (up to 60 s) until the live nodes agree on a leader other than `not`;
+    /// returns it.
     pub async fn wait_leader(&self, not: Option<u64>) -> u64 {
-        for _ in 0..300 {
+        let agreed = eventually(Duration::from_secs(60), || async {
             let mut seen = Vec::new();
             for node in &self.nodes {
                 if node.child.is_none() || node.stopped {
@@ -359,14 +404,11 @@ impl Cluster {
                     .and_then(|v| v["leader_id"].as_u64());
                 seen.push(leader);
             }
-            if let Some(Some(first)) = seen.first() {
-                if Some(*first) != not && seen.iter().all(|l| *l == Some(*first)) {
-                    return *first;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("no agreed leader");
+            let first = (*seen.first()?)?;
+            (Some(first) != not && seen.iter().all(|l| *l == Some(first))).then_some(first)
+        })
+        .await;
+        agreed.expect("no agreed leader")
     }
 
     /// A request to node `id`: (status, JSON body or Null).
@@ -399,6 +441,31 @@ impl Cluster {
     /// `POST path` with a JSON body on node `id`.
     pub async fn post(&self, id: u64, path: &str, body: Value) -> (u16, Value) {
         self.call(id, reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// `POST path` with a JSON body and an `Idempotency-Key` on node `id`:
+    /// (status, JSON body or Null, whether the answer is a replay).
+    pub async fn post_keyed(
+        &self,
+        id: u64,
+        path: &str,
+        key: &str,
+        body: Value,
+    ) -> (u16, Value, bool) {
+        let request = self
+            .client
+            .post(format!("{}{path}", self.node(id).api))
+            .header("idempotency-key", key)
+            .json(&body);
+        match request.send().await {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let replayed = response.headers().contains_key("idempotent-replayed");
+                let body = response.json().await.unwrap_or(Value::Null);
+                (status, body, replayed)
+            }
+            Err(_) => (0, Value::Null, false),
+        }
     }
 
     /// `POST path` on node `id` in its own task (for requests that wait).

@@ -1,12 +1,9 @@
 //! The real `baton` binary: kill -9 loses no acknowledged grant, a restart
 //! continues the revision upward, SIGTERM stops it cleanly.
-#![allow(clippy::unwrap_used)]
-
-mod harness;
 
 use std::path::Path;
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -15,7 +12,7 @@ struct Server {
     base: String,
 }
 
-use harness::free_port;
+use crate::harness::{self, free_port};
 
 async fn start(data_dir: &Path, port: u16) -> Server {
     Server {
@@ -86,11 +83,16 @@ async fn kill_9_loses_no_acknowledged_grant() {
     for task in tasks {
         grants.push(task.await.unwrap());
     }
-    // Concurrent requests share log entries (and fsyncs): fewer entries than grants.
+    // Concurrent requests share log entries (and fsyncs). A lone voter keeps one
+    // entry in flight and every request that arrives meanwhile joins the next
+    // one, so 300 requests sent at once fill a handful of entries (2 to 24 seen,
+    // fewer when the machine is loaded, as more gather during each fsync).
+    // Without batching it would be 300: an average of 4 grants per entry is a
+    // wide margin that still proves batching.
     let entries = commit_index(client.clone(), base.clone()).await - entries_before;
     assert!(
-        entries < 300,
-        "300 concurrent grants took {entries} log entries: no batching"
+        entries <= 300 / 4,
+        "300 concurrent grants took {entries} log entries: too little batching"
     );
     for i in 0..50 {
         let (status, _) = call(
@@ -175,15 +177,9 @@ async fn sigterm_stops_the_server_cleanly() {
         .status()
         .unwrap();
     assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(exit) = server.child.try_wait().unwrap() {
-            assert!(exit.success(), "exit status {exit}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "baton did not stop on SIGTERM");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let exit = harness::exited(&mut server.child, Duration::from_secs(30)).await;
+    let exit = exit.expect("baton did not stop on SIGTERM");
+    assert!(exit.success(), "exit status {exit}");
 }
 
 #[tokio::test]
@@ -215,20 +211,21 @@ async fn a_client_that_hangs_up_while_waiting_leaves_the_queue() {
         let lock = harness::get_json(&client, &format!("{base}/v1/locks/busy")).await;
         lock["waiters"].as_u64().unwrap()
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while waiters(client.clone(), base.clone()).await != 1 {
-        assert!(Instant::now() < deadline, "the waiter never queued");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let queued = harness::eventually(Duration::from_secs(10), || async {
+        (waiters(client.clone(), base.clone()).await == 1).then_some(())
+    })
+    .await;
+    assert!(queued.is_some(), "the waiter never queued");
     drop(socket);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while waiters(client.clone(), base.clone()).await != 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the waiter stayed queued after its client hung up"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // It asked to wait 60 s; only the hang-up can end its wait this soon.
+    let left = harness::eventually(Duration::from_secs(10), || async {
+        (waiters(client.clone(), base.clone()).await == 0).then_some(())
+    })
+    .await;
+    assert!(
+        left.is_some(),
+        "the waiter stayed queued after its client hung up"
+    );
     server.child.kill().unwrap();
     server.child.wait().unwrap();
 }

@@ -1,16 +1,13 @@
 //! The HTTP API, end to end in process: every endpoint's success and error paths.
-#![allow(clippy::unwrap_used, missing_docs)]
 
-mod support;
-
-#[path = "api/auth.rs"]
 mod auth;
 
 use std::time::Duration;
 
 use actix_web::test::TestRequest;
 use serde_json::json;
-use support::{app, get, lease, post, send, start_node};
+
+use crate::support::{self, app, get, lease, post, send, start_node, wait_for};
 
 #[actix_web::test]
 async fn leases_are_created_kept_alive_inspected_and_revoked() {
@@ -343,20 +340,6 @@ async fn waiters_are_granted_in_arrival_order_with_increasing_tokens() {
     }
 }
 
-async fn wait_for<F, Fut>(mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..500 {
-        if check().await {
-            return;
-        }
-        actix_web::rt::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("condition not reached in 5 s");
-}
-
 #[actix_web::test]
 async fn a_waiter_that_times_out_leaves_the_queue() {
     let node = start_node().await;
@@ -426,6 +409,7 @@ async fn keepalives_keep_a_lease_past_several_ttls() {
     let id = lease(&app, 300).await;
     let grant = post(&app, "/v1/locks/k:acquire", json!({"lease_id": id})).await;
     for _ in 0..10 {
+        // The keepalive cadence is the point (a 300 ms TTL outlived): not a wait.
         actix_web::rt::time::sleep(Duration::from_millis(100)).await;
         let reply = post(&app, &format!("/v1/leases/{id}:keepalive"), json!(null)).await;
         assert_eq!(reply.status, 200, "{:?}", reply.body);
@@ -657,15 +641,9 @@ async fn lists_reads_and_cluster_status() {
     );
     let bad = get(&app, "/v1/locks/x/1?consistency=eventual").await;
     assert_eq!((bad.status, bad.code()), (400, "invalid_query"));
-    let mut cluster = get(&app, "/v1/cluster").await;
-    for _ in 0..100 {
-        // The id is committed by a background proposal right after start.
-        if cluster.body["cluster_id"] != "" {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        cluster = get(&app, "/v1/cluster").await;
-    }
+    // The id is committed by a background proposal right after start.
+    wait_for(|| async { get(&app, "/v1/cluster").await.body["cluster_id"] != "" }).await;
+    let cluster = get(&app, "/v1/cluster").await;
     let cluster_id = cluster.body["cluster_id"].as_str().unwrap();
     assert_eq!(cluster_id.len(), 32, "{cluster_id}");
     assert_eq!(cluster.body["node_id"], 1);

@@ -1,12 +1,10 @@
 //! Bad input: every malformed request gets its documented 4xx and code, as
 //! problem+json, and the server stays healthy.
-#![allow(clippy::unwrap_used, missing_docs)]
-
-mod support;
 
 use actix_web::test::TestRequest;
 use serde_json::json;
-use support::{app, get, lease, post, send, start_node};
+
+use crate::support::{app, get, lease, post, send, start_node};
 
 #[actix_web::test]
 async fn malformed_requests_get_documented_errors() {

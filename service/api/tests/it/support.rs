@@ -1,6 +1,6 @@
 //! An in-process Baton: a real node (RocksDB in a temp dir, openraft) behind the
 //! real routes, driven through actix's test service.
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code)]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +14,27 @@ use baton_core::Limits;
 use baton_raft::{Node, NodeConfig, WatchConfig};
 use serde_json::Value;
 use tempfile::TempDir;
+
+/// Asks `check` until it answers `true`, for up to 10 s (then panics). The tests
+/// wait on facts through this, never on time.
+pub async fn wait_for<F, Fut>(mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "condition not reached in 10 s"
+        );
+        // The poll interval of a wait on a fact (nothing announces these facts).
+        actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+    }
+}
 
 pub struct TestNode {
     pub node: Arc<Node>,

@@ -1,5 +1,5 @@
 //! A small driver for the state machine, shared by the integration tests.
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code)]
 
 use baton_core::{
     ApplyContext, Command, CoreError, EventKind, Grant, IdempotencyKey, LeaseId, LeaseRef, Limits,

@@ -1,17 +1,14 @@
 //! What survives a restart, and what the raft layer is told while applying.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
 use std::sync::{Arc, Mutex};
 
 use baton_core::Outcome;
 use baton_store::{ApplyObserver, LogState, Vote};
-use common::{blank, lease_batch, log_id, membership, normal};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine, StorageHelper};
 use openraft::{RaftLogReader, RaftSnapshotBuilder};
 use tempfile::TempDir;
+
+use crate::common::{blank, lease_batch, log_id, membership, normal};
 
 #[tokio::test]
 async fn vote_log_snapshot_and_state_survive_a_restart() {

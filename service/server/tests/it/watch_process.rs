@@ -2,16 +2,13 @@
 //! with a final `resync` event (and the server still exits), and after a
 //! restart the history is rebuilt from the log, so a client resumes where it
 //! stopped.
-#![allow(clippy::unwrap_used)]
-
-mod harness;
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use harness::{free_port, start_single as start};
+use crate::harness::{self, free_port, start_single as start};
 
 /// `(id, event)` of every frame until the stream ends or a frame with
 /// `id >= until` that is not a bookmark arrives.
@@ -87,15 +84,9 @@ async fn sigterm_ends_streams_and_a_restart_resumes_them() {
     assert!(status.success());
     let rest = frames(&mut stream, None).await;
     assert_eq!(rest.last(), Some(&(head, "resync".to_owned())), "{rest:?}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(exit) = server.try_wait().unwrap() {
-            assert!(exit.success(), "exit status {exit}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "baton did not stop on SIGTERM");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let exit = harness::exited(&mut server, Duration::from_secs(60)).await;
+    let exit = exit.expect("baton did not stop on SIGTERM");
+    assert!(exit.success(), "exit status {exit}");
 
     // After a restart the log is re-applied, which rebuilds the history: the
     // same events with the same revisions, and resuming from the last one works.

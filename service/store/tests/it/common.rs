@@ -1,6 +1,6 @@
 //! Helpers shared by the integration tests.
 
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code)]
 
 use baton_core::{Batch, Command, LeaseId, Limits, Request};
 use baton_store::{Entry, EntryPayload, LogId, Membership};

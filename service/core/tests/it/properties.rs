@@ -11,7 +11,6 @@
 //! - (e) a snapshot taken anywhere restores a machine that behaves identically;
 //! - (f) a refused command changes nothing but what time alone changes;
 //! - `apply_batch` is exactly `apply` in a loop.
-#![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 

@@ -1,13 +1,11 @@
 //! Election, name registry, idempotency and snapshot rules.
-#![allow(clippy::unwrap_used)]
-
-mod support;
 
 use baton_core::{
     Command, CoreError, EndReason, EventKind, LeaseId, LeaseRef, Reply, StateMachine, WaiterId,
     IDEMPOTENCY_RETENTION_MS, SNAPSHOT_FORMAT,
 };
-use support::{lease, Driver};
+
+use crate::support::{lease, Driver};
 
 fn campaign(d: &mut Driver, name: &str, l: LeaseId, candidate: &str, wait: bool) -> Reply {
     let waiter = wait.then(|| d.new_waiter());

@@ -1,13 +1,11 @@
 //! Lock, lease and lock-delay rules, including the nasty cases.
-#![allow(clippy::unwrap_used)]
-
-mod support;
 
 use baton_core::{
     Batch, Command, CoreError, EndReason, EventKind, IdempotencyKey, LeaseRef, Limits, Outcome,
     Quota, Reply, Request, StateMachine, WaiterId,
 };
-use support::{grants, lease, Driver};
+
+use crate::support::{grants, lease, Driver};
 
 #[test]
 fn a_free_lock_is_granted_with_the_revision_as_token() {
@@ -529,7 +527,7 @@ fn tokens_strictly_increase_within_and_across_batches() {
     assert!(tokens.len() >= 3 * 50, "{}", tokens.len());
 }
 
-/// Regression (found by `tests/properties.rs`): a refused acquire of a lock whose
+/// Regression (found by `tests/it/properties.rs`): a refused acquire of a lock whose
 /// lock delay had passed handed that lock to its first waiter, changing state while
 /// answering `Err`, and only for that lock. Now every apply first settles every
 /// lock whose delay has passed; the refused command itself changes nothing.

@@ -1,5 +1,4 @@
 //! The committed OpenAPI document must be what the code generates.
-#![allow(clippy::unwrap_used, missing_docs)]
 
 #[test]
 fn committed_openapi_matches_the_code() {

@@ -1,11 +1,7 @@
 //! Watch streams and election observe, end to end in process: a real node
 //! behind the real routes, the SSE body read frame by frame.
-#![allow(clippy::unwrap_used, missing_docs)]
-
-mod support;
 
 use std::collections::hash_map::RandomState;
-use std::future::Future;
 use std::hash::BuildHasher;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -17,7 +13,8 @@ use actix_web::test::{self, TestRequest};
 use actix_web::Error;
 use baton_raft::WatchConfig;
 use serde_json::{json, Value};
-use support::{app, get, lease, post, send, start_node, start_node_with};
+
+use crate::support::{self, app, get, lease, post, send, start_node, start_node_with, wait_for};
 
 /// A stream that makes no progress for this long is a hang, not slowness: the
 /// guard only turns a stuck test into a failure, it measures nothing.
@@ -159,20 +156,6 @@ where
         .unwrap()
         .parse()
         .unwrap()
-}
-
-async fn wait_for<F, Fut>(mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    for _ in 0..1000 {
-        if check().await {
-            return;
-        }
-        actix_web::rt::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("condition not reached");
 }
 
 fn small(history: usize, max_lag: u64) -> WatchConfig {
@@ -651,7 +634,7 @@ async fn streams_end_when_the_server_stops() {
 
 #[actix_web::test]
 async fn a_principal_watches_only_names_under_its_watch_prefixes() {
-    use support::{app_with_auth, auth_file, bearer, send, ADMIN_TOKEN, BILLING_TOKEN};
+    use crate::support::{app_with_auth, auth_file, bearer, send, ADMIN_TOKEN, BILLING_TOKEN};
     let node = start_node().await;
     let (app, _, _) = app_with_auth(&node, &auth_file()).await;
     let stream = |token: &str| open(&app, bearer(TestRequest::get().uri("/v1/watch"), token));
@@ -693,7 +676,7 @@ async fn a_principal_watches_only_names_under_its_watch_prefixes() {
 
 #[actix_web::test]
 async fn a_reload_that_revokes_a_token_ends_its_streams_and_only_those() {
-    use support::{app_with_auth, auth_file, bearer, send, ADMIN_TOKEN, BILLING_TOKEN};
+    use crate::support::{app_with_auth, auth_file, bearer, send, ADMIN_TOKEN, BILLING_TOKEN};
     let node = start_node().await;
     let (app, auth, path) = app_with_auth(&node, &auth_file()).await;
     let stream = |token: &str| open(&app, bearer(TestRequest::get().uri("/v1/watch"), token));

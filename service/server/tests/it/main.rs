@@ -1,0 +1,8 @@
+//! The `baton` binary's integration tests, one binary (each test binary links
+//! RocksDB): real server processes on loopback ports, single nodes and clusters.
+#![allow(clippy::unwrap_used)]
+
+mod cluster;
+mod harness;
+mod process;
+mod watch_process;

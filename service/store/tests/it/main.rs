@@ -1,0 +1,7 @@
+//! baton-store's integration tests, one binary (each test binary links RocksDB):
+//! openraft's storage suite and recovery after a restart.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+mod recovery;
+mod storage_suite;
