@@ -228,20 +228,10 @@ impl StateMachine {
                 holder,
                 waiter,
                 lock_delay_ms,
-            } => self.acquire(
-                limits,
-                Claim {
-                    kind: SlotKind::Lock,
-                    name,
-                    lease,
-                    holder: holder.as_deref(),
-                    value: "",
-                    lock_delay_ms: *lock_delay_ms,
-                    waiter: *waiter,
-                    idempotency,
-                },
-                events,
-            ),
+            } => {
+                let claim = Claim::lock(name, lease, holder.as_deref(), *lock_delay_ms, *waiter);
+                self.acquire(limits, claim.remembered_as(idempotency), events)
+            }
             Command::Release {
                 name,
                 lease_id,
@@ -256,20 +246,10 @@ impl StateMachine {
                 candidate,
                 value,
                 waiter,
-            } => self.campaign(
-                limits,
-                Claim {
-                    kind: SlotKind::Election,
-                    name,
-                    lease,
-                    holder: Some(candidate),
-                    value,
-                    lock_delay_ms: 0,
-                    waiter: *waiter,
-                    idempotency,
-                },
-                events,
-            ),
+            } => {
+                let claim = Claim::election(name, lease, candidate, value, *waiter);
+                self.campaign(limits, claim.remembered_as(idempotency), events)
+            }
             Command::Proclaim {
                 name,
                 lease_id,

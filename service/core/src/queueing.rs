@@ -45,6 +45,56 @@ pub(crate) struct Claim<'a> {
     pub idempotency: Option<(String, String)>,
 }
 
+impl<'a> Claim<'a> {
+    /// A claim on lock `name`.
+    pub fn lock(
+        name: &'a str,
+        lease: &'a LeaseRef,
+        holder: Option<&'a str>,
+        lock_delay_ms: u64,
+        waiter: Option<WaiterId>,
+    ) -> Self {
+        Claim {
+            kind: SlotKind::Lock,
+            name,
+            lease,
+            holder,
+            value: "",
+            lock_delay_ms,
+            waiter,
+            idempotency: None,
+        }
+    }
+
+    /// A candidacy in election `name`, publishing `value` once elected.
+    pub fn election(
+        name: &'a str,
+        lease: &'a LeaseRef,
+        candidate: &'a str,
+        value: &'a str,
+        waiter: Option<WaiterId>,
+    ) -> Self {
+        Claim {
+            kind: SlotKind::Election,
+            name,
+            lease,
+            holder: Some(candidate),
+            value,
+            lock_delay_ms: 0,
+            waiter,
+            idempotency: None,
+        }
+    }
+
+    /// The same claim, its wait's final answer remembered under `idempotency`.
+    pub fn remembered_as(self, idempotency: Option<(String, String)>) -> Self {
+        Claim {
+            idempotency,
+            ..self
+        }
+    }
+}
+
 /// Who takes a slot.
 struct Taker<'a> {
     lease_id: LeaseId,

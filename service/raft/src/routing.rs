@@ -212,9 +212,10 @@ impl Node {
                 .await
                 .map(|()| LeaderAnswer::Campaigning)
                 .map_err(RaftLayerError::unavailable),
-            LeaderCall::Propose(request) => {
-                self.propose_local(request).await.map(LeaderAnswer::Outcome)
-            }
+            LeaderCall::Propose(request) => self
+                .propose_as_leader(request)
+                .await
+                .map(LeaderAnswer::Outcome),
             LeaderCall::ReadIndex => self.read_index_local().await.map(LeaderAnswer::ReadIndex),
             LeaderCall::KeepAlive(lease_id) => self
                 .keep_alive_local(lease_id)
@@ -239,18 +240,16 @@ impl Node {
         }
     }
 
-    /// Proposes `request` on this node only, as the leader; `NotLeader` otherwise.
-    /// For decisions only the leader's own clock may make (a lease's expiry):
-    /// forwarding them would let a deposed leader, back from a pause, expire
-    /// leases that the new leader has kept alive.
+    /// Proposes `request` on this node only, as the leader; `NotLeader`
+    /// otherwise (or while it hands leadership over). Two roles use it: the
+    /// leader's end of every routed proposal ([`Node::propose`], local or from a
+    /// follower), and decisions only this leader's own clock may make (a lease's
+    /// expiry), which are never forwarded: a deposed leader, back from a pause,
+    /// would expire leases that the new leader has kept alive.
     pub(crate) async fn propose_as_leader(
         &self,
         request: Request,
     ) -> Result<Outcome, RaftLayerError> {
-        self.propose_local(request).await
-    }
-
-    async fn propose_local(&self, request: Request) -> Result<Outcome, RaftLayerError> {
         if self.raft.metrics().borrow().state != ServerState::Leader
             || self.handing_over.load(std::sync::atomic::Ordering::Acquire)
         {
