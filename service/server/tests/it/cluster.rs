@@ -513,25 +513,8 @@ async fn a_deposed_leader_back_from_a_pause_expires_nothing() {
     let old = cluster.wait_leader(None).await;
     let follower = (1..=3).find(|id| *id != old).unwrap();
     let lease = cluster.lease(follower, 2_000).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    // Keepalives through the follower every 250 ms, each in its own task so one
-    // stuck on the paused leader does not hold up the next.
-    let keeper = {
-        let client = cluster.client.clone();
-        let base = cluster.node(follower).api.clone();
-        let stop = stop.clone();
-        let path = format!("/v1/leases/{lease}:keepalive");
-        tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let (client, base, path) = (client.clone(), base.clone(), path.clone());
-                tokio::spawn(async move {
-                    call(&client, &base, reqwest::Method::POST, &path, None).await
-                });
-                // The keepalive cadence is what keeps the lease alive: not a wait.
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        })
-    };
+    // Keepalives through the follower every 250 ms.
+    let keeper = cluster.keep_alive_every(follower, &lease, Duration::from_millis(250));
     // Longer than an election (a new leader among the others) and than the
     // lease's TTL.
     cluster.pause(old);
@@ -569,8 +552,7 @@ async fn a_deposed_leader_back_from_a_pause_expires_nothing() {
         "a write through node {old} once it follows node {new}"
     );
     let (status, body) = cluster.get(new, &format!("/v1/leases/{lease}")).await;
-    stop.store(true, Ordering::Relaxed);
-    keeper.await.unwrap();
+    keeper.stop().await;
     assert_eq!(status, 200, "the kept-alive lease survived: {body}");
 }
 
@@ -664,30 +646,10 @@ async fn stale_expiry_scene() -> bool {
     // leader every 200 ms, each call in its own task, until the stuck entries
     // have been answered (committed with the new term, or timed out) and the
     // queued expiry has had its chance.
-    let stop = Arc::new(AtomicBool::new(false));
-    let answers = Arc::new(std::sync::Mutex::new(Vec::<(u16, Value)>::new()));
-    let keeper = {
-        let client = cluster.client.clone();
-        let base = cluster.node(leader).api.clone();
-        let path = format!("/v1/leases/{lease}:keepalive");
-        let (stop, answers) = (stop.clone(), answers.clone());
-        tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let (client, base, path, answers) =
-                    (client.clone(), base.clone(), path.clone(), answers.clone());
-                tokio::spawn(async move {
-                    let answer = call(&client, &base, reqwest::Method::POST, &path, None).await;
-                    answers.lock().unwrap().push(answer);
-                });
-                // The keepalive cadence is the point: not a wait.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-    };
+    let keeper = cluster.keep_alive_every(leader, &lease, Duration::from_millis(200));
     let acknowledged = eventually(Duration::from_secs(20), || async {
-        answers
-            .lock()
-            .unwrap()
+        keeper
+            .answers()
             .iter()
             .any(|(status, _)| *status == 200)
             .then_some(())
@@ -696,7 +658,7 @@ async fn stale_expiry_scene() -> bool {
     assert!(
         acknowledged.is_some(),
         "a keepalive is acknowledged in the new term: {:?}",
-        answers.lock().unwrap()
+        keeper.answers()
     );
     for task in stuck {
         let _ = task.await;
@@ -704,11 +666,9 @@ async fn stale_expiry_scene() -> bool {
     // Choreography (kept as written): keepalives go on while the queued expiry
     // has its chance; a regression shows as a 404 among them.
     tokio::time::sleep(Duration::from_millis(1_000)).await;
-    stop.store(true, Ordering::Relaxed);
-    keeper.await.unwrap();
+    let answers = keeper.stop().await;
     let (status, body) = cluster.get(leader, &format!("/v1/leases/{lease}")).await;
     assert_eq!(status, 200, "the acknowledged lease is still there: {body}");
-    let answers = answers.lock().unwrap().clone();
     let first_ok = answers
         .iter()
         .position(|(status, _)| *status == 200)

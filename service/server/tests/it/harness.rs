@@ -4,6 +4,8 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -422,6 +424,35 @@ impl Cluster {
         call(&self.client, &self.node(id).api, method, path, body).await
     }
 
+    /// Keeps `lease` alive through node `id` every `period` until stopped.
+    pub fn keep_alive_every(&self, id: u64, lease: &str, period: Duration) -> Keeper {
+        let stop = Arc::new(AtomicBool::new(false));
+        let answers = Arc::new(Mutex::new(Vec::new()));
+        let client = self.client.clone();
+        let base = self.node(id).api.clone();
+        let path = format!("/v1/leases/{lease}:keepalive");
+        let task = {
+            let (stop, answers) = (stop.clone(), answers.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let (client, base, path, answers) =
+                        (client.clone(), base.clone(), path.clone(), answers.clone());
+                    tokio::spawn(async move {
+                        let answer = call(&client, &base, reqwest::Method::POST, &path, None).await;
+                        answers.lock().unwrap().push(answer);
+                    });
+                    // The keepalive cadence is what keeps the lease alive: not a wait.
+                    tokio::time::sleep(period).await;
+                }
+            })
+        };
+        Keeper {
+            stop,
+            task,
+            answers,
+        }
+    }
+
     /// An admin request (membership) to node `id`, with the cluster secret.
     pub async fn admin(
         &self,
@@ -600,4 +631,26 @@ pub async fn sse_frames(response: &mut reqwest::Response, until: Option<u64>) ->
 /// `GET url` as JSON (panics on a transport error: for tests only).
 pub async fn get_json(client: &reqwest::Client, url: &str) -> Value {
     client.get(url).send().await.unwrap().json().await.unwrap()
+}
+
+/// Keepalives of one lease sent every period, each call in its own task (one
+/// stuck on a paused node does not hold up the next).
+pub struct Keeper {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+    answers: Arc<Mutex<Vec<(u16, Value)>>>,
+}
+
+impl Keeper {
+    /// The answers so far, in the order they came back.
+    pub fn answers(&self) -> Vec<(u16, Value)> {
+        self.answers.lock().unwrap().clone()
+    }
+
+    /// Stops sending; returns every answer that came back.
+    pub async fn stop(self) -> Vec<(u16, Value)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        self.answers.lock().unwrap().clone()
+    }
 }
