@@ -2,20 +2,19 @@
 
 use actix_web::web;
 use actix_web::{HttpRequest, HttpResponse};
-use baton_core::{Command, CoreError, EndReason, Grant, Reply, Request};
-use baton_raft::{Node, QueueKind, WaitEnd, Waited};
+use baton_core::{Command, CoreError, Grant, Reply};
+use baton_raft::QueueKind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::auth::{Caller, Kind};
+use crate::claim::{claim, ClaimEnd, ClaimTerms};
 use crate::error::{ApiError, Problem};
-use crate::locks::checked_wait;
 use crate::request::{
-    checked_name, idempotency_key, parse_lease_id, parse_required_body, read_body, settle_read,
-    ReadQuery,
+    checked_name, parse_lease_id, parse_required_body, read_body, settle_read, ReadQuery,
 };
-use crate::respond::{applied, lease_ref, propose, propose_waiting, unexpected, Answer};
+use crate::respond::{propose, Answer};
 use crate::state::ApiState;
 
 /// Body of `:campaign`.
@@ -167,43 +166,30 @@ pub async fn campaign(
     let name = checked_name(&path)?;
     caller.require(Kind::Election, &name)?;
     let input: CampaignBody = parse_required_body(&body)?;
-    let wait_ms = checked_wait(&state, input.wait_ms)?;
-    let lease = lease_ref(&state, input.lease_id.as_deref(), input.ttl_ms)?;
-    let waiter = (wait_ms > 0).then(Node::new_waiter_id);
-    let request = Request {
-        idempotency: idempotency_key(&http, &body)?,
-        command: Command::Campaign {
+    let terms = ClaimTerms {
+        lease_id: input.lease_id.as_deref(),
+        ttl_ms: input.ttl_ms,
+        wait_ms: input.wait_ms,
+    };
+    let queue = QueueKind::Election(name.clone());
+    let end = claim(&state, &http, &body, queue, terms, |lease, waiter| {
+        Command::Campaign {
             name: name.clone(),
             lease,
-            candidate: input.candidate,
+            candidate: input.candidate.clone(),
             value: input.value.to_string(),
             waiter,
-        },
-    };
-    let waited = propose_waiting(
-        &state,
-        &http,
-        request,
-        QueueKind::Election(name.clone()),
-        waiter,
-        wait_ms,
-    )
+        }
+    })
     .await?;
-    match waited {
-        Waited::Immediate(outcome) => {
-            let done = applied(outcome)?;
-            match done.reply {
-                Reply::Elected { grant, value } => Ok(elected_answer(grant, &value, done.replayed)),
-                Reply::CampaignQueued { .. } => Err(not_elected(&state, &name)),
-                other => Err(unexpected(&other)),
-            }
+    match end {
+        ClaimEnd::Won(won) => {
+            let value = won
+                .value
+                .ok_or_else(|| ApiError::Internal("an election was won without a value".into()))?;
+            Ok(elected_answer(won.grant, &value, won.replayed))
         }
-        Waited::Ended(WaitEnd::Elected(grant, value)) => Ok(elected_answer(grant, &value, false)),
-        Waited::Ended(WaitEnd::Ended(EndReason::Revoked | EndReason::Expired)) => {
-            Err(ApiError::Core(CoreError::LeaseNotFound))
-        }
-        Waited::Ended(_) | Waited::TimedOut => Err(not_elected(&state, &name)),
-        Waited::Abandoned => Err(ApiError::ClientGone),
+        ClaimEnd::Held { .. } | ClaimEnd::NotGranted => Err(not_elected(&state, &name)),
     }
 }
 
@@ -234,10 +220,8 @@ pub async fn proclaim(
         token: input.token,
         value: input.value.to_string(),
     };
-    let done = applied(propose(&state, &http, &body, command).await?)?;
-    let Reply::Proclaimed { name, token, value } = done.reply else {
-        return Err(unexpected(&done.reply));
-    };
+    let done = propose(&state, &http, &body, command, Reply::into_proclaimed).await?;
+    let baton_core::Proclaimed { name, token, value } = done.reply;
     let answer = Answer::ok(
         Proclaimed {
             name,
@@ -277,10 +261,7 @@ pub async fn resign(
         lease_id,
         token: input.token,
     };
-    let done = applied(propose(&state, &http, &body, command).await?)?;
-    if !matches!(done.reply, Reply::Resigned) {
-        return Err(unexpected(&done.reply));
-    }
+    let done = propose(&state, &http, &body, command, Reply::into_resigned).await?;
     let answer = Answer::ok(Resigned { resigned: true }, done.revision).replay(done.replayed);
     Ok(answer.into_response())
 }

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 
 use crate::error::{ApiError, Problem};
 use crate::request::{checked_name, parse_body, read_body};
-use crate::respond::{applied, propose, unexpected, Answer};
+use crate::respond::{propose, Answer};
 use crate::state::ApiState;
 
 /// Body of a force-release (optional).
@@ -49,10 +49,8 @@ async fn force_release(
         name: name.clone(),
         expected_token: input.token,
     };
-    let done = applied(propose(&state, &http, &body, command).await?)?;
-    let Reply::ForceReleased { token, holder } = done.reply else {
-        return Err(unexpected(&done.reply));
-    };
+    let done = propose(&state, &http, &body, command, Reply::into_force_released).await?;
+    let baton_core::ForceReleased { token, holder } = done.reply;
     let body = ForceReleased {
         name,
         token,

@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use crate::auth::Caller;
 use crate::error::{ApiError, Problem};
 use crate::request::{parse_body, parse_lease_id, read_body};
-use crate::respond::{applied, propose, unexpected, Answer};
+use crate::respond::{propose, Answer};
 use crate::state::ApiState;
 
 /// Body of `POST /v1/leases`.
@@ -106,15 +106,12 @@ pub async fn create(
         ttl_ms: input.ttl_ms.unwrap_or(state.settings.default_ttl_ms),
         holder: input.holder.unwrap_or_default(),
     };
-    let done = applied(propose(&state, &http, &body, command).await?)?;
-    let Reply::LeaseCreated {
+    let done = propose(&state, &http, &body, command, Reply::into_lease_created).await?;
+    let baton_core::LeaseCreated {
         lease_id,
         ttl_ms,
         holder,
-    } = done.reply
-    else {
-        return Err(unexpected(&done.reply));
-    };
+    } = done.reply;
     let mut answer = Answer::ok(
         LeaseCreated {
             lease_id: lease_id.to_string(),
@@ -208,10 +205,9 @@ pub async fn revoke(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let lease_id = parse_lease_id(&path)?;
-    let done = applied(propose(&state, &http, &[], Command::RevokeLease { lease_id }).await?)?;
-    let Reply::LeaseEnded { released } = done.reply else {
-        return Err(unexpected(&done.reply));
-    };
+    let command = Command::RevokeLease { lease_id };
+    let done = propose(&state, &http, &[], command, Reply::into_lease_ended).await?;
+    let released = done.reply;
     let body = LeaseRevoked {
         revoked: true,
         released: ReleasedSet {

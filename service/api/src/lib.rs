@@ -14,9 +14,12 @@
 //! - `state`: what every handler shares ([`ApiState`], [`ApiSettings`]).
 //! - [`request`]: raw input into checked values: bodies, names, lease ids,
 //!   `Idempotency-Key`, read consistency, paging.
-//! - [`respond`]: proposing commands as the caller, and success answers with their
-//!   headers.
+//! - [`respond`]: proposing commands as the caller, each with its typed reply
+//!   accessor, and success answers with their headers.
+//! - [`claim`]: the one skeleton of `:acquire` and `:campaign`: propose, wait in line,
+//!   and reduce every end to granted, held or not granted.
 //! - [`error`]: the one table from errors to HTTP status, stable code and problem body.
+//! - [`paging`]: the one paging handler of the list endpoints ([`paging::list_page`]).
 //! - [`locks`]: `/v1/locks`: acquire (with FIFO wait), renew, release, validate, inspect, list.
 //! - [`leases`]: `/v1/leases`: create, keep alive, inspect, revoke.
 //! - [`elections`]: `/v1/elections`: campaign (with FIFO wait), proclaim, resign, inspect.
@@ -34,6 +37,7 @@
 //! - `docs`: `/openapi.json`, `/docs` and `/ui`, compiled into the binary.
 
 pub mod auth;
+pub mod claim;
 pub mod cluster;
 mod disconnect;
 mod docs;
@@ -45,6 +49,7 @@ pub mod locks;
 pub mod members;
 pub mod names;
 pub mod openapi;
+pub mod paging;
 pub mod rate_limit;
 pub mod request;
 pub mod respond;

@@ -2,18 +2,20 @@
 
 use actix_web::web;
 use actix_web::{HttpRequest, HttpResponse};
-use baton_core::{Command, CoreError, EndReason, Grant, LockView, Reply, Request};
-use baton_raft::{Node, QueueKind, WaitEnd, Waited};
+use baton_core::{Command, CoreError, Grant, LockView, Reply, StateMachine};
+use baton_raft::QueueKind;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::auth::{Caller, Kind};
+use crate::claim::{claim, ClaimEnd, ClaimTerms};
 use crate::error::{ApiError, Problem};
+use crate::paging::list_page;
 use crate::request::{
-    checked_name, idempotency_key, next_page_token, parse_body, parse_lease_id,
-    parse_required_body, read_body, settle_read, visible_page, ListQuery, ReadQuery,
+    checked_name, parse_body, parse_lease_id, parse_required_body, read_body, settle_read,
+    ListQuery, ReadQuery,
 };
-use crate::respond::{applied, lease_ref, propose, propose_waiting, unexpected, Answer};
+use crate::respond::{propose, Answer};
 use crate::state::ApiState;
 
 /// Body of `:acquire`.
@@ -173,16 +175,6 @@ fn current_holder(state: &ApiState, name: &str) -> ApiError {
     })
 }
 
-/// Checks `wait_ms` against the configured bound.
-pub(crate) fn checked_wait(state: &ApiState, wait_ms: Option<u64>) -> Result<u64, ApiError> {
-    let wait_ms = wait_ms.unwrap_or(0);
-    let max_ms = state.settings.max_wait_ms;
-    if wait_ms > max_ms {
-        return Err(ApiError::InvalidWait { wait_ms, max_ms });
-    }
-    Ok(wait_ms)
-}
-
 /// Acquire a lock, or wait for it in FIFO order up to `wait_ms`.
 #[utoipa::path(post, operation_id = "acquire_lock", path = "/v1/locks/{name}:acquire", tag = "locks",
     params(("name" = String, Path, description = "Lock name; `/` allowed (literal or %2F)"),
@@ -215,48 +207,28 @@ pub async fn acquire(
     let name = checked_name(&path)?;
     caller.require(Kind::Lock, &name)?;
     let input: AcquireBody = parse_body(&body)?;
-    let wait_ms = checked_wait(&state, input.wait_ms)?;
-    let lease = lease_ref(&state, input.lease_id.as_deref(), input.ttl_ms)?;
-    let waiter = (wait_ms > 0).then(Node::new_waiter_id);
-    let request = Request {
-        idempotency: idempotency_key(&http, &body)?,
-        command: Command::Acquire {
+    let terms = ClaimTerms {
+        lease_id: input.lease_id.as_deref(),
+        ttl_ms: input.ttl_ms,
+        wait_ms: input.wait_ms,
+    };
+    let queue = QueueKind::Lock(name.clone());
+    let end = claim(&state, &http, &body, queue, terms, |lease, waiter| {
+        Command::Acquire {
             name: name.clone(),
             lease,
-            holder: input.holder,
+            holder: input.holder.clone(),
             waiter,
             lock_delay_ms: input.lock_delay_ms.unwrap_or(0),
-        },
-    };
-    let waited = propose_waiting(
-        &state,
-        &http,
-        request,
-        QueueKind::Lock(name.clone()),
-        waiter,
-        wait_ms,
-    )
+        }
+    })
     .await?;
-    match waited {
-        Waited::Immediate(outcome) => {
-            let done = applied(outcome)?;
-            match done.reply {
-                Reply::LockGranted(grant) => Ok(grant_answer(grant, done.revision, done.replayed)),
-                Reply::LockQueued { holder, token, .. } => {
-                    Err(ApiError::Core(CoreError::LockHeld { holder, token }))
-                }
-                other => Err(unexpected(&other)),
-            }
+    match end {
+        ClaimEnd::Won(won) => Ok(grant_answer(won.grant, won.revision, won.replayed)),
+        ClaimEnd::Held { holder, token } => {
+            Err(ApiError::Core(CoreError::LockHeld { holder, token }))
         }
-        Waited::Ended(WaitEnd::Granted(grant)) => {
-            let revision = grant.token;
-            Ok(grant_answer(grant, revision, false))
-        }
-        Waited::Ended(WaitEnd::Ended(EndReason::Revoked | EndReason::Expired)) => {
-            Err(ApiError::Core(CoreError::LeaseNotFound))
-        }
-        Waited::Ended(_) | Waited::TimedOut => Err(current_holder(&state, &name)),
-        Waited::Abandoned => Err(ApiError::ClientGone),
+        ClaimEnd::NotGranted => Err(current_holder(&state, &name)),
     }
 }
 
@@ -330,10 +302,7 @@ pub async fn release(
         lease_id,
         token: input.token,
     };
-    let done = applied(propose(&state, &http, &body, command).await?)?;
-    if !matches!(done.reply, Reply::LockReleased) {
-        return Err(unexpected(&done.reply));
-    }
+    let done = propose(&state, &http, &body, command, Reply::into_lock_released).await?;
     let answer = Answer::ok(
         LockReleased {
             released: true,
@@ -408,26 +377,12 @@ pub async fn list(
     caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
     caller.require_any(Kind::Lock)?;
-    let limit = query.limit()?;
-    let after = query.after()?;
-    settle_read(&state, &query.read()).await?;
-    let prefix = query.prefix.clone().unwrap_or_default();
-    let (views, revision) = state.node.read(|sm| {
-        let fetch = |after: Option<&str>, n| sm.locks(&prefix, after, n);
-        let page = visible_page(&caller, Kind::Lock, &prefix, after, limit, fetch, |v| {
-            &v.name
-        });
-        (page, sm.revision())
-    });
-    let next_page_token =
-        next_page_token(views.last().map(|v| v.name.as_str()), views.len(), limit);
-    let items = views.into_iter().map(LockInfo::from).collect();
-    Ok(Answer::ok(
-        LockPage {
-            items,
-            next_page_token,
-        },
-        revision,
-    )
-    .into_response())
+    let fetch =
+        |sm: &StateMachine, prefix: &str, after: Option<&str>, n| sm.locks(prefix, after, n);
+    let listed = list_page(&state, &caller, Kind::Lock, &query, fetch, |v| &v.name).await?;
+    let page = LockPage {
+        items: listed.items.into_iter().map(LockInfo::from).collect(),
+        next_page_token: listed.next_page_token,
+    };
+    Ok(Answer::ok(page, listed.revision).into_response())
 }

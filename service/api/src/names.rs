@@ -3,18 +3,18 @@
 use actix_web::http::StatusCode;
 use actix_web::web;
 use actix_web::{HttpRequest, HttpResponse};
-use baton_core::{Command, CoreError, NameView, Reply};
+use baton_core::{Command, CoreError, NameView, Reply, StateMachine};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::auth::{Caller, Kind};
 use crate::error::{ApiError, Problem};
+use crate::paging::list_page;
 use crate::request::{
-    checked_name, next_page_token, parse_lease_id, parse_required_body, read_body, settle_read,
-    visible_page, ListQuery, ReadQuery,
+    checked_name, parse_lease_id, parse_required_body, read_body, settle_read, ListQuery, ReadQuery,
 };
-use crate::respond::{applied, lease_ref, propose, unexpected, Answer};
+use crate::respond::{lease_ref, propose, Answer};
 use crate::state::ApiState;
 
 /// Body of `PUT /v1/names/{name}`.
@@ -130,15 +130,12 @@ pub async fn register(
         holder: input.holder,
         value: input.value.to_string(),
     };
-    let done = applied(propose(&state, &http, &body, command).await?)?;
-    let Reply::NameRegistered {
+    let done = propose(&state, &http, &body, command, Reply::into_name_registered).await?;
+    let baton_core::NameRegistered {
         grant,
         value,
         created,
-    } = done.reply
-    else {
-        return Err(unexpected(&done.reply));
-    };
+    } = done.reply;
     let token = grant.token;
     let body = Registered {
         name: grant.name,
@@ -200,11 +197,8 @@ pub async fn unregister(
     // A malformed id owns nothing: the name's absence (404) or ownership (409)
     // decides the answer, as for any other wrong id.
     let lease_id = parse_lease_id(&input.lease_id).unwrap_or(baton_core::LeaseId(0));
-    let done =
-        applied(propose(&state, &http, &body, Command::Unregister { name, lease_id }).await?)?;
-    if !matches!(done.reply, Reply::NameUnregistered) {
-        return Err(unexpected(&done.reply));
-    }
+    let command = Command::Unregister { name, lease_id };
+    let done = propose(&state, &http, &body, command, Reply::into_name_unregistered).await?;
     let answer =
         Answer::ok(Unregistered { unregistered: true }, done.revision).replay(done.replayed);
     Ok(answer.into_response())
@@ -223,26 +217,12 @@ pub async fn list(
     caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
     caller.require_any(Kind::Name)?;
-    let limit = query.limit()?;
-    let after = query.after()?;
-    settle_read(&state, &query.read()).await?;
-    let prefix = query.prefix.clone().unwrap_or_default();
-    let (views, revision) = state.node.read(|sm| {
-        let fetch = |after: Option<&str>, n| sm.names(&prefix, after, n);
-        let page = visible_page(&caller, Kind::Name, &prefix, after, limit, fetch, |v| {
-            &v.name
-        });
-        (page, sm.revision())
-    });
-    let next_page_token =
-        next_page_token(views.last().map(|v| v.name.as_str()), views.len(), limit);
-    let items = views.into_iter().map(NameInfo::from).collect();
-    Ok(Answer::ok(
-        NamePage {
-            items,
-            next_page_token,
-        },
-        revision,
-    )
-    .into_response())
+    let fetch =
+        |sm: &StateMachine, prefix: &str, after: Option<&str>, n| sm.names(prefix, after, n);
+    let listed = list_page(&state, &caller, Kind::Name, &query, fetch, |v| &v.name).await?;
+    let page = NamePage {
+        items: listed.items.into_iter().map(NameInfo::from).collect(),
+        next_page_token: listed.next_page_token,
+    };
+    Ok(Answer::ok(page, listed.revision).into_response())
 }

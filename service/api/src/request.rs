@@ -9,7 +9,6 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use utoipa::IntoParams;
 
-use crate::auth::{Caller, Kind};
 use crate::error::ApiError;
 use crate::state::ApiState;
 
@@ -228,47 +227,6 @@ impl ListQuery {
             .map(decode_page_token)
             .transpose()
     }
-}
-
-/// One page of a list, with only the names `caller` may see of `kind`:
-/// `fetch(after, n)` lists up to `n` entries after a name, and entries the caller
-/// may not see are skipped, fetching on until the page is full or the list ends.
-pub fn visible_page<T>(
-    caller: &Caller,
-    kind: Kind,
-    prefix: &str,
-    after: Option<String>,
-    limit: usize,
-    fetch: impl Fn(Option<&str>, usize) -> Vec<T>,
-    name_of: impl Fn(&T) -> &String,
-) -> Vec<T> {
-    if caller.may_all_under(kind, prefix) {
-        return fetch(after.as_deref(), limit);
-    }
-    let mut page = Vec::new();
-    let mut cursor = after;
-    loop {
-        let batch = fetch(cursor.as_deref(), limit);
-        let ended = batch.len() < limit;
-        cursor = batch.last().map(|entry| name_of(entry).clone());
-        page.extend(
-            batch
-                .into_iter()
-                .filter(|entry| caller.may(kind, name_of(entry))),
-        );
-        if page.len() >= limit || ended || cursor.is_none() {
-            page.truncate(limit);
-            return page;
-        }
-    }
-}
-
-/// The token of the page after one that ended at `last`: none when the page was
-/// not full (there is nothing after it).
-pub fn next_page_token(last: Option<&str>, len: usize, limit: usize) -> Option<String> {
-    (len == limit)
-        .then(|| last.map(encode_page_token))
-        .flatten()
 }
 
 /// Page tokens are hex-encoded names: opaque to clients, safe in any URL.

@@ -68,47 +68,55 @@ impl<T: Serialize> Answer<T> {
     }
 }
 
-/// A command's outcome, reduced to what handlers need.
-pub struct Applied {
-    /// The reply.
-    pub reply: Reply,
+/// A command's typed reply, with what every answer carries.
+pub struct Applied<T> {
+    /// The reply, in the shape the command answers with.
+    pub reply: T,
     /// Revision after the command (or of the first answer, when replayed).
     pub revision: u64,
     /// Replayed for a retried idempotency key.
     pub replayed: bool,
 }
 
-/// Splits an outcome into its reply or its error.
-pub fn applied(outcome: Outcome) -> Result<Applied, ApiError> {
+/// Splits an outcome into its typed reply or its error. `expect` is the reply
+/// accessor of the command that was proposed (`Reply::into_lock_released`, ...):
+/// a reply of another shape is a bug in Baton, answered 500 `internal`.
+pub fn applied<T>(
+    outcome: Outcome,
+    expect: fn(Reply) -> Result<T, Reply>,
+) -> Result<Applied<T>, ApiError> {
     let Outcome {
         revision,
         result,
         replayed,
         ..
     } = outcome;
+    let reply = expect(result?).map_err(|other| unexpected(&other))?;
     Ok(Applied {
-        reply: result?,
+        reply,
         revision,
         replayed,
     })
 }
 
-/// Proposes `command`, keyed by the request's `Idempotency-Key` if it has one.
-pub async fn propose(
+/// Proposes `command`, keyed by the request's `Idempotency-Key` if it has one,
+/// and returns its reply through `expect` (see [`applied`]).
+pub async fn propose<T>(
     state: &ApiState,
     http: &HttpRequest,
     body: &[u8],
     command: Command,
-) -> Result<Outcome, ApiError> {
+    expect: fn(Reply) -> Result<T, Reply>,
+) -> Result<Applied<T>, ApiError> {
     let request = Request {
         idempotency: idempotency_key(http, body)?,
         command: crate::auth::Caller::of(http).command(command, &state.settings.quota)?,
     };
-    Ok(state.node.propose(request).await?)
+    applied(state.node.propose(request).await?, expect)
 }
 
 /// The reply did not have the shape this endpoint expects: a bug, never input.
-pub fn unexpected(reply: &Reply) -> ApiError {
+fn unexpected(reply: &Reply) -> ApiError {
     tracing::error!(?reply, "unexpected reply");
     ApiError::Internal("the state machine gave a reply this request cannot have".into())
 }
@@ -127,40 +135,4 @@ pub fn lease_ref(
             ttl_ms: ttl_ms.unwrap_or(state.settings.default_ttl_ms),
         },
     })
-}
-
-/// Proposes a request that may queue (`waiter` is `Some` when `wait_ms > 0`) and
-/// waits for its grant; a client that goes away while queued ends the wait
-/// (`ApiError::ClientGone`), which leaves the queue through the log.
-pub async fn propose_waiting(
-    state: &ApiState,
-    http: &HttpRequest,
-    request: Request,
-    kind: baton_raft::QueueKind,
-    waiter: Option<baton_core::WaiterId>,
-    wait_ms: u64,
-) -> Result<baton_raft::Waited, ApiError> {
-    let request = Request {
-        command: crate::auth::Caller::of(http).command(request.command, &state.settings.quota)?,
-        ..request
-    };
-    let Some(waiter) = waiter else {
-        return Ok(baton_raft::Waited::Immediate(
-            state.node.propose(request).await?,
-        ));
-    };
-    let waited = state
-        .node
-        .propose_and_wait(
-            request,
-            kind,
-            waiter,
-            std::time::Duration::from_millis(wait_ms),
-            crate::disconnect::client_gone(http),
-        )
-        .await?;
-    match waited {
-        baton_raft::Waited::Abandoned => Err(ApiError::ClientGone),
-        other => Ok(other),
-    }
 }

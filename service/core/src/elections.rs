@@ -8,8 +8,9 @@ use crate::lease::Attachment;
 use crate::limits::Limits;
 use crate::machine::{check_holder, check_value, StateMachine};
 use crate::name::validate_name;
-use crate::outcome::{EndReason, Event, EventKind, Reply};
+use crate::outcome::{EndReason, Event, EventKind};
 use crate::queueing::{Claim, SlotKind};
+use crate::reply::{Proclaimed, Reply};
 
 impl StateMachine {
     /// Campaigns, or queues as a candidate ([`StateMachine::claim`]), after
@@ -64,11 +65,11 @@ impl StateMachine {
             holding.value = value.to_owned();
             holding.modified_revision = revision;
         }
-        Ok(Reply::Proclaimed {
+        Ok(Reply::Proclaimed(Proclaimed {
             name: name.to_owned(),
             token,
             value: value.to_owned(),
-        })
+        }))
     }
 
     pub(crate) fn resign(

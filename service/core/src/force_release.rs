@@ -9,7 +9,8 @@ use crate::error::CoreError;
 use crate::lease::Attachment;
 use crate::machine::StateMachine;
 use crate::name::validate_name;
-use crate::outcome::{EndReason, Event, Reply};
+use crate::outcome::{EndReason, Event};
+use crate::reply::{ForceReleased, Reply};
 use crate::slot::Slot;
 
 /// What a force-release ends.
@@ -77,6 +78,6 @@ impl StateMachine {
             }
         };
         self.detach(lease_id, &attachment, events);
-        Ok(Reply::ForceReleased { token, holder })
+        Ok(Reply::ForceReleased(ForceReleased { token, holder }))
     }
 }

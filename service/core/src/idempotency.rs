@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::error::CoreError;
-use crate::outcome::Reply;
+use crate::reply::Reply;
 
 /// How long an idempotency key is remembered, in leader-stamped milliseconds.
 pub const IDEMPOTENCY_RETENTION_MS: u64 = 10 * 60 * 1000;

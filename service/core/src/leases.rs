@@ -5,8 +5,9 @@ use crate::ids::LeaseId;
 use crate::lease::{Attachment, Lease};
 use crate::limits::Limits;
 use crate::machine::{check_holder, check_ttl, StateMachine};
-use crate::outcome::{EndReason, Event, EventKind, Released, Reply};
+use crate::outcome::{EndReason, Event, EventKind, Released};
 use crate::queueing::SlotKind;
+use crate::reply::{LeaseCreated, Reply};
 
 impl StateMachine {
     pub(crate) fn create_lease(
@@ -39,11 +40,11 @@ impl StateMachine {
                 holder: holder.to_owned(),
             },
         );
-        Ok(Reply::LeaseCreated {
+        Ok(Reply::LeaseCreated(LeaseCreated {
             lease_id,
             ttl_ms,
             holder: holder.to_owned(),
-        })
+        }))
     }
 
     pub(crate) fn end_lease_command(

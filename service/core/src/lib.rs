@@ -28,6 +28,8 @@
 //! - `command`: what replicas apply: [`Batch`], [`Request`], [`Command`].
 //! - `outcome`: what applying produced: the [`Reply`] for the proposer, the [`Event`]s
 //!   for waiting requests, watch streams and the lease clock.
+//! - `reply`: the [`Reply`] itself, with one typed accessor per command
+//!   ([`Reply::into_claim`], [`Reply::into_lock_released`], ...).
 //! - `error`: [`CoreError`], why a command was refused (one stable API code each).
 //! - `queueing`: the waiting-acquire algorithm locks and elections share: hold a slot,
 //!   queue for it in FIFO order, hand it to the head of the line.
@@ -64,6 +66,7 @@ mod names;
 mod outcome;
 mod queueing;
 mod quota;
+mod reply;
 mod slot;
 mod snapshot;
 mod usage;
@@ -77,8 +80,9 @@ pub use ids::{LeaseId, MalformedLeaseId, WaiterId};
 pub use limits::Limits;
 pub use machine::{ApplyContext, StateMachine};
 pub use name::{validate_name, MAX_NAME_BYTES};
-pub use outcome::{EndReason, Event, EventKind, Grant, Outcome, Released, Reply};
+pub use outcome::{EndReason, Event, EventKind, Grant, Outcome, Released};
 pub use quota::Quota;
+pub use reply::{Claimed, ForceReleased, LeaseCreated, NameRegistered, Proclaimed, Reply};
 pub use snapshot::{SnapshotError, SNAPSHOT_FORMAT};
 pub use usage::Usage;
 pub use views::{Counts, ElectionView, LeaderView, LeaseView, LockView, NameView};

@@ -8,8 +8,9 @@ use crate::lease::Attachment;
 use crate::limits::Limits;
 use crate::machine::{check_holder, StateMachine};
 use crate::name::validate_name;
-use crate::outcome::{EndReason, Event, EventKind, Reply};
+use crate::outcome::{EndReason, Event, EventKind};
 use crate::queueing::{Claim, SlotKind};
+use crate::reply::Reply;
 
 impl StateMachine {
     /// Acquires a lock or queues for it ([`StateMachine::claim`]) after checking

@@ -11,9 +11,10 @@ use crate::idempotency::{IdempotencyTable, Record};
 use crate::ids::LeaseId;
 use crate::lease::{Attachment, Lease, Leases};
 use crate::limits::Limits;
-use crate::outcome::{EndReason, Event, EventKind, Outcome, Reply};
+use crate::outcome::{EndReason, Event, EventKind, Outcome};
 use crate::queueing::{Claim, SlotKind};
 use crate::quota::Quota;
+use crate::reply::Reply;
 use crate::slot::Slot;
 use crate::usage::UsageTable;
 

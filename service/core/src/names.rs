@@ -7,7 +7,8 @@ use crate::lease::Attachment;
 use crate::limits::Limits;
 use crate::machine::{check_holder, check_value, NameEntry, StateMachine};
 use crate::name::validate_name;
-use crate::outcome::{EndReason, Event, EventKind, Grant, Reply};
+use crate::outcome::{EndReason, Event, EventKind, Grant};
+use crate::reply::{NameRegistered, Reply};
 
 impl StateMachine {
     pub(crate) fn register(
@@ -57,11 +58,11 @@ impl StateMachine {
                 entry.holder = holder;
                 entry.modified_revision = revision;
             }
-            return Ok(Reply::NameRegistered {
+            return Ok(Reply::NameRegistered(NameRegistered {
                 grant,
                 value: value.to_owned(),
                 created: false,
-            });
+            }));
         }
         self.check_lease_for_holding(limits, lease)?;
         let holder = self.materialize_lease(lease, holder, events);
@@ -92,11 +93,11 @@ impl StateMachine {
             },
         );
         self.attach(lease_id, Attachment::Name(name.to_owned()));
-        Ok(Reply::NameRegistered {
+        Ok(Reply::NameRegistered(NameRegistered {
             grant,
             value: value.to_owned(),
             created: true,
-        })
+        }))
     }
 
     pub(crate) fn unregister(

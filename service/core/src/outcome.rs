@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::CoreError;
 use crate::ids::{LeaseId, WaiterId};
+use crate::reply::Reply;
 
 /// The result of applying one [`crate::Request`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -43,94 +44,6 @@ pub struct Released {
     pub names: Vec<String>,
     /// Elections it led or stood in.
     pub elections: Vec<String>,
-}
-
-/// The proposer's answer for a command that was accepted.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum Reply {
-    /// A lease was created.
-    LeaseCreated {
-        /// Its id.
-        lease_id: LeaseId,
-        /// Its TTL.
-        ttl_ms: u64,
-        /// Its holder.
-        holder: String,
-    },
-    /// A lease was revoked or expired, with what it took along.
-    LeaseEnded {
-        /// What was released.
-        released: Released,
-    },
-    /// The lock was granted now (or was already held by this lease).
-    LockGranted(Grant),
-    /// The lock is held; the request waits in the queue.
-    LockQueued {
-        /// The queued request.
-        waiter: WaiterId,
-        /// The lease it hangs on (created by the command, perhaps).
-        lease_id: LeaseId,
-        /// The current holder's identity.
-        holder: Option<String>,
-        /// The current holder's token.
-        token: Option<u64>,
-    },
-    /// The lock was released.
-    LockReleased,
-    /// A queued request left the queue.
-    WaitCancelled,
-    /// The candidate is the leader.
-    Elected {
-        /// The grant.
-        grant: Grant,
-        /// The published value (JSON text).
-        value: String,
-    },
-    /// Another candidate leads; this candidacy waits in the queue.
-    CampaignQueued {
-        /// The queued candidacy.
-        waiter: WaiterId,
-        /// The lease it hangs on.
-        lease_id: LeaseId,
-        /// The current leader's candidate name.
-        leader: Option<String>,
-    },
-    /// The leader's value was updated.
-    Proclaimed {
-        /// Election name.
-        name: String,
-        /// The leader's token.
-        token: u64,
-        /// The new value.
-        value: String,
-    },
-    /// The leader stepped down.
-    Resigned,
-    /// A name was registered (`created`) or its value updated by its owner.
-    NameRegistered {
-        /// The grant (token is the first registration's revision).
-        grant: Grant,
-        /// The registered value.
-        value: String,
-        /// `true` for a new registration, `false` for an update.
-        created: bool,
-    },
-    /// The name was unregistered.
-    NameUnregistered,
-    /// Time-driven rules ran.
-    Ticked,
-    /// The cluster's id (the one already set, if any).
-    ClusterId {
-        /// The id that stands.
-        cluster_id: String,
-    },
-    /// An admin ended this holding.
-    ForceReleased {
-        /// The ended holding's token.
-        token: u64,
-        /// Its holder.
-        holder: String,
-    },
 }
 
 /// Why a holding ended.

@@ -15,7 +15,8 @@ use crate::ids::{LeaseId, WaiterId};
 use crate::lease::{Attachment, Leases};
 use crate::limits::Limits;
 use crate::machine::StateMachine;
-use crate::outcome::{EndReason, Event, EventKind, Grant, Reply};
+use crate::outcome::{EndReason, Event, EventKind, Grant};
+use crate::reply::Reply;
 use crate::slot::{Holding, Slot, Waiting};
 
 /// Which kind of slot a claim is for.

@@ -60,6 +60,51 @@ pub enum LeaderAnswer {
     Campaigning,
 }
 
+// The `Err` of each accessor hands back an answer of another shape, only to be
+// logged as a bug; it is as large as the `Ok` path's answer and is moved once.
+#[allow(clippy::result_large_err)]
+impl LeaderAnswer {
+    /// The answer to [`LeaderCall::Propose`].
+    pub fn into_outcome(self) -> Result<Outcome, LeaderAnswer> {
+        match self {
+            LeaderAnswer::Outcome(outcome) => Ok(outcome),
+            other => Err(other),
+        }
+    }
+
+    /// The answer to [`LeaderCall::ReadIndex`].
+    pub fn into_read_index(self) -> Result<u64, LeaderAnswer> {
+        match self {
+            LeaderAnswer::ReadIndex(index) => Ok(index),
+            other => Err(other),
+        }
+    }
+
+    /// The answer to [`LeaderCall::KeepAlive`].
+    pub fn into_keep_alive(self) -> Result<Option<u64>, LeaderAnswer> {
+        match self {
+            LeaderAnswer::KeepAlive(ttl_ms) => Ok(ttl_ms),
+            other => Err(other),
+        }
+    }
+
+    /// The answer to [`LeaderCall::Remaining`].
+    pub fn into_remaining(self) -> Result<Option<u64>, LeaderAnswer> {
+        match self {
+            LeaderAnswer::Remaining(ms) => Ok(ms),
+            other => Err(other),
+        }
+    }
+
+    /// The answer to [`LeaderCall::AddMember`] and [`LeaderCall::RemoveMember`].
+    pub fn into_membership_changed(self) -> Result<(), LeaderAnswer> {
+        match self {
+            LeaderAnswer::MembershipChanged => Ok(()),
+            other => Err(other),
+        }
+    }
+}
+
 /// The envelope on the wire: the answer, or the leader-side error.
 pub type LeaderResult = Result<LeaderAnswer, RaftLayerError>;
 

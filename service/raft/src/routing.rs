@@ -42,13 +42,9 @@ impl Node {
     pub async fn propose(&self, request: Request) -> Result<Outcome, RaftLayerError> {
         let retry_lost = request.idempotency.is_some();
         let timeout = self.config.propose_timeout + Duration::from_secs(2);
-        match self
-            .leader_call(LeaderCall::Propose(request), timeout, retry_lost)
-            .await?
-        {
-            LeaderAnswer::Outcome(outcome) => Ok(outcome),
-            other => Err(unexpected(&other)),
-        }
+        let call = LeaderCall::Propose(request);
+        self.leader_call(call, timeout, retry_lost, LeaderAnswer::into_outcome)
+            .await
     }
 
     /// Waits until this replica has applied everything the leader had committed
@@ -56,45 +52,31 @@ impl Node {
     /// leader-lease shortcut). Works the same on a follower: the leader confirms
     /// its leadership with a quorum and names the index to wait for.
     pub async fn linearizable(&self) -> Result<(), RaftLayerError> {
-        let index = match self
-            .leader_call(LeaderCall::ReadIndex, self.config.leader_wait(), true)
-            .await?
-        {
-            LeaderAnswer::ReadIndex(index) => index,
-            other => return Err(unexpected(&other)),
-        };
+        let wait = self.config.leader_wait();
+        let call = LeaderCall::ReadIndex;
+        let index = self
+            .leader_call(call, wait, true, LeaderAnswer::into_read_index)
+            .await?;
         self.caught_up_to(index).await
     }
 
     /// Moves a lease's deadline to a full TTL from now on the leader, which then
     /// confirms it still leads. `Ok(None)` when there is no such lease.
     pub async fn keep_alive(&self, lease_id: LeaseId) -> Result<Option<u64>, RaftLayerError> {
-        match self
-            .leader_call(
-                LeaderCall::KeepAlive(lease_id),
-                self.config.leader_wait(),
-                true,
-            )
-            .await?
-        {
-            LeaderAnswer::KeepAlive(ttl) => Ok(ttl),
-            other => Err(unexpected(&other)),
-        }
+        let call = LeaderCall::KeepAlive(lease_id);
+        let wait = self.config.leader_wait();
+        self.leader_call(call, wait, true, LeaderAnswer::into_keep_alive)
+            .await
     }
 
     /// Time left before a lease expires, on the leader's clock.
     pub async fn remaining(&self, lease_id: LeaseId) -> Result<Option<Duration>, RaftLayerError> {
-        match self
-            .leader_call(
-                LeaderCall::Remaining(lease_id),
-                self.config.leader_wait(),
-                true,
-            )
-            .await?
-        {
-            LeaderAnswer::Remaining(ms) => Ok(ms.map(Duration::from_millis)),
-            other => Err(unexpected(&other)),
-        }
+        let call = LeaderCall::Remaining(lease_id);
+        let wait = self.config.leader_wait();
+        let ms = self
+            .leader_call(call, wait, true, LeaderAnswer::into_remaining)
+            .await?;
+        Ok(ms.map(Duration::from_millis))
     }
 
     /// Adds node `id` as a learner, promotes it to voter once it has caught up
@@ -108,25 +90,29 @@ impl Node {
         // Catching up may mean a snapshot transfer: allow it time.
         let timeout = Duration::from_secs(120);
         let call = LeaderCall::AddMember { id, node, voter };
-        self.leader_call(call, timeout, true).await.map(|_| ())
+        self.leader_call(call, timeout, true, LeaderAnswer::into_membership_changed)
+            .await
     }
 
     /// Removes node `id` from the cluster.
     pub async fn remove_member(&self, id: u64) -> Result<(), RaftLayerError> {
         let call = LeaderCall::RemoveMember { id };
-        self.leader_call(call, Duration::from_secs(30), false)
+        let timeout = Duration::from_secs(30);
+        self.leader_call(call, timeout, false, LeaderAnswer::into_membership_changed)
             .await
-            .map(|_| ())
     }
 
     /// Runs `call` on the leader, retrying (until a few election timeouts have
-    /// passed) while there is no leader or the leader changed under it.
-    async fn leader_call(
+    /// passed) while there is no leader or the leader changed under it, and
+    /// returns its answer through `expect`, the accessor of the answer `call`
+    /// has (an answer of another shape is a bug: `Internal`).
+    async fn leader_call<T>(
         &self,
         call: LeaderCall,
         timeout: Duration,
         retry_lost: bool,
-    ) -> Result<LeaderAnswer, RaftLayerError> {
+        expect: fn(LeaderAnswer) -> Result<T, LeaderAnswer>,
+    ) -> Result<T, RaftLayerError> {
         let deadline = Instant::now() + self.config.leader_wait();
         loop {
             let attempt = match self.route(deadline).await? {
@@ -149,7 +135,9 @@ impl Node {
                 },
             };
             match attempt {
-                Attempt::Done(result) => return result,
+                Attempt::Done(result) => {
+                    return expect(result?).map_err(|other| unexpected(&other))
+                }
                 Attempt::Retry(why) => {
                     if Instant::now() >= deadline {
                         return Err(RaftLayerError::unavailable(format!(

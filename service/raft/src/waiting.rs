@@ -183,12 +183,7 @@ impl Node {
             armed: true,
         };
         let outcome = self.propose(request).await?;
-        let queued_as = match &outcome.result {
-            Ok(Reply::LockQueued { waiter, .. }) | Ok(Reply::CampaignQueued { waiter, .. }) => {
-                Some(*waiter)
-            }
-            _ => None,
-        };
+        let queued_as = outcome.result.as_ref().ok().and_then(Reply::queued_waiter);
         match queued_as {
             Some(queued) if queued == waiter => {}
             Some(_) | None => {

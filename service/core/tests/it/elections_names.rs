@@ -1,8 +1,8 @@
 //! Election, name registry, idempotency and snapshot rules.
 
 use baton_core::{
-    Command, CoreError, EndReason, EventKind, LeaseId, LeaseRef, Reply, StateMachine, WaiterId,
-    IDEMPOTENCY_RETENTION_MS, SNAPSHOT_FORMAT,
+    Command, CoreError, EndReason, EventKind, LeaseId, LeaseRef, NameRegistered, Proclaimed, Reply,
+    StateMachine, WaiterId, IDEMPOTENCY_RETENTION_MS, SNAPSHOT_FORMAT,
 };
 
 use crate::support::{lease, Driver};
@@ -98,7 +98,9 @@ fn an_election_leader_resigns_with_two_candidates_queued() {
         token: leader.token,
         value: "\"b:9090\"".into(),
     });
-    assert!(matches!(out.result, Ok(Reply::Proclaimed { token, .. }) if token == leader.token));
+    assert!(
+        matches!(out.result, Ok(Reply::Proclaimed(Proclaimed { token, .. })) if token == leader.token)
+    );
     let after = d.sm.election("leader").unwrap().leader.unwrap();
     assert_eq!(
         (after.token, after.value.as_str()),
@@ -186,11 +188,11 @@ fn a_campaign_without_wait_fails_when_someone_leads() {
 fn names_are_registered_once_and_re_registration_keeps_the_token() {
     let mut d = Driver::default();
     let (a, b) = (d.create_lease(1), d.create_lease(2));
-    let Ok(Reply::NameRegistered {
+    let Ok(Reply::NameRegistered(NameRegistered {
         grant,
         created: true,
         ..
-    }) = register(&mut d, "svc/db", a, "1")
+    })) = register(&mut d, "svc/db", a, "1")
     else {
         panic!()
     };
@@ -201,11 +203,11 @@ fn names_are_registered_once_and_re_registration_keeps_the_token() {
             token: grant.token
         })
     );
-    let Ok(Reply::NameRegistered {
+    let Ok(Reply::NameRegistered(NameRegistered {
         grant: again,
         created: false,
         value,
-    }) = register(&mut d, "svc/db", a, "{\"v\":2}")
+    })) = register(&mut d, "svc/db", a, "{\"v\":2}")
     else {
         panic!()
     };

@@ -1,8 +1,8 @@
 //! Lock, lease and lock-delay rules, including the nasty cases.
 
 use baton_core::{
-    Batch, Command, CoreError, EndReason, EventKind, IdempotencyKey, LeaseRef, Limits, Outcome,
-    Quota, Reply, Request, StateMachine, WaiterId,
+    Batch, Command, CoreError, EndReason, EventKind, IdempotencyKey, LeaseCreated, LeaseRef,
+    Limits, Outcome, Quota, Reply, Request, StateMachine, WaiterId,
 };
 
 use crate::support::{grants, lease, Driver};
@@ -733,7 +733,7 @@ fn an_idempotent_answer_is_never_replayed_to_another_principal() {
     assert_eq!(replay.result, first.result);
     let other = d.apply_request(keyed("bob", 3));
     assert!(!other.replayed, "bob gets his own answer");
-    let Ok(Reply::LeaseCreated { lease_id, .. }) = other.result else {
+    let Ok(Reply::LeaseCreated(LeaseCreated { lease_id, .. })) = other.result else {
         panic!("{other:?}");
     };
     assert_eq!(lease_id, lease(3));

@@ -980,7 +980,7 @@ impl Model {
 
 fn classify(reply: &Reply) -> MReply {
     match reply {
-        Reply::LeaseCreated { .. } => MReply::LeaseCreated,
+        Reply::LeaseCreated(_) => MReply::LeaseCreated,
         Reply::LeaseEnded { released } => MReply::LeaseEnded {
             locks: released.locks.clone(),
             names: released.names.clone(),
@@ -992,12 +992,12 @@ fn classify(reply: &Reply) -> MReply {
         Reply::WaitCancelled => MReply::WaitCancelled,
         Reply::Elected { grant, .. } => MReply::Elected(grant.lease_id.0),
         Reply::CampaignQueued { lease_id, .. } => MReply::CampaignQueued(lease_id.0),
-        Reply::Proclaimed { .. } => MReply::Proclaimed,
+        Reply::Proclaimed(_) => MReply::Proclaimed,
         Reply::Resigned => MReply::Resigned,
-        Reply::NameRegistered { created, .. } => MReply::NameRegistered(*created),
+        Reply::NameRegistered(registered) => MReply::NameRegistered(registered.created),
         Reply::NameUnregistered => MReply::NameUnregistered,
         Reply::Ticked | Reply::ClusterId { .. } => MReply::Ticked,
-        Reply::ForceReleased { .. } => MReply::ForceReleased,
+        Reply::ForceReleased(_) => MReply::ForceReleased,
     }
 }
 
