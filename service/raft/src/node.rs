@@ -5,16 +5,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::{Command, CoreError, LeaseId, Outcome, Reply, Request, StateMachine, WaiterId};
-use baton_store::{ApplyObserver, SharedState, StoreError, TypeConfig};
+use baton_store::{ApplyObserver, BatonNode, SharedState, StoreError, TypeConfig};
 use openraft::{Config, Raft, ServerState, SnapshotPolicy};
 use tokio::sync::watch;
 
 use crate::config::NodeConfig;
+use crate::error::RaftLayerError;
+use crate::leader_call::{LeaderCall, LeaderResult, PeerStatus};
 use crate::leader_link::LeaderLink;
 use crate::lease_clock::LeaseClock;
 use crate::network::{peer_http_client, HttpNetwork};
 use crate::proposer::{wall_clock_ms, Proposer};
 use crate::waiters::WaiterRegistry;
+use crate::waiting::{QueueKind, Waited};
 use crate::watch_hub::WatchHub;
 
 /// Why a node could not start.
@@ -195,7 +198,7 @@ impl Node {
             snapshots_installed,
             stop,
         });
-        node.bootstrap().await?;
+        crate::bootstrap::bootstrap(&node).await?;
         tokio::spawn(watch_leadership(node.clone()));
         tokio::spawn(run_lease_clock(node.clone()));
         Ok(node)
@@ -331,6 +334,119 @@ impl Node {
         matches!(tokio::time::timeout(timeout, known).await, Ok(true))
     }
 
+    /// Proposes a request through the log (on the leader, wherever this node is)
+    /// and returns its outcome once applied.
+    ///
+    /// Retries across leader changes when the request certainly did not take
+    /// effect (refused before it was appended, or never sent), and also when it
+    /// may have but carries an idempotency key, whose retry returns the first
+    /// answer. Otherwise an interrupted request answers "outcome unknown".
+    pub async fn propose(&self, request: Request) -> Result<Outcome, RaftLayerError> {
+        crate::routing::propose(self, request).await
+    }
+
+    /// Waits until this replica has applied everything the leader had committed
+    /// when the call was made (Raft ReadIndex through the leader; never a
+    /// leader-lease shortcut). Works the same on a follower: the leader confirms
+    /// its leadership with a quorum and names the index to wait for.
+    pub async fn linearizable(&self) -> Result<(), RaftLayerError> {
+        crate::routing::linearizable(self).await
+    }
+
+    /// Moves a lease's deadline to a full TTL from now on the leader, which then
+    /// confirms it still leads. `Ok(None)` when there is no such lease.
+    pub async fn keep_alive(&self, lease_id: LeaseId) -> Result<Option<u64>, RaftLayerError> {
+        crate::routing::keep_alive(self, lease_id).await
+    }
+
+    /// Time left before a lease expires, on the leader's clock.
+    pub async fn remaining(&self, lease_id: LeaseId) -> Result<Option<Duration>, RaftLayerError> {
+        crate::routing::remaining(self, lease_id).await
+    }
+
+    /// Adds node `id` as a learner, promotes it to voter once it has caught up
+    /// (when `voter`), or updates its addresses if it is already a member.
+    pub async fn add_member(
+        &self,
+        id: u64,
+        member: BatonNode,
+        voter: bool,
+    ) -> Result<(), RaftLayerError> {
+        crate::routing::add_member(self, id, member, voter).await
+    }
+
+    /// Removes node `id` from the cluster.
+    pub async fn remove_member(&self, id: u64) -> Result<(), RaftLayerError> {
+        crate::routing::remove_member(self, id).await
+    }
+
+    /// Answers a leader call here, as the leader. Refuses with `NotLeader` when
+    /// this node does not lead (the caller retries on the real leader).
+    pub async fn answer(&self, call: LeaderCall) -> LeaderResult {
+        crate::routing::answer(self, call).await
+    }
+
+    /// Proposes `request` (an acquire or campaign carrying `waiter`) and, if it
+    /// queues, waits up to `wait` for the grant, or until `abandoned` resolves
+    /// (the client went away). If the wait is abandoned or the caller's future is
+    /// dropped, the wait is cancelled through the log.
+    ///
+    /// `abandoned` is polled only once the request has queued: most acquires are
+    /// answered at once, and watching a client (a socket registered with the
+    /// reactor) costs a few system calls that an immediate answer does not need.
+    pub async fn propose_and_wait(
+        self: &Arc<Self>,
+        request: Request,
+        kind: QueueKind,
+        waiter: WaiterId,
+        wait: Duration,
+        abandoned: impl std::future::Future<Output = ()>,
+    ) -> Result<Waited, RaftLayerError> {
+        crate::waiting::propose_and_wait(self, request, kind, waiter, wait, abandoned).await
+    }
+
+    /// Hands leadership to the most up-to-date voter, if this node leads a cluster
+    /// of several voters. Bounded (about one leader lease plus two seconds); on any
+    /// failure it gives up and the others elect a leader after their timeout.
+    pub async fn hand_over_leadership(&self) {
+        crate::handover::hand_over_leadership(self).await
+    }
+
+    /// What this node says about itself on the peer listener.
+    pub fn peer_status(&self) -> PeerStatus {
+        let metrics = self.raft.metrics().borrow().clone();
+        PeerStatus {
+            node_id: self.config.node_id,
+            initialized: metrics.membership_config.log_id().is_some()
+                || metrics.last_log_index.is_some(),
+            api_addr: self.config.api_addr.clone(),
+            raft_addr: self.config.raft_addr.clone(),
+            leader_id: metrics.current_leader,
+        }
+    }
+
+    pub(crate) fn own_address(&self) -> BatonNode {
+        BatonNode {
+            api_addr: self.config.api_addr.clone(),
+            raft_addr: self.config.raft_addr.clone(),
+        }
+    }
+
+    pub(crate) fn not_leader(&self) -> RaftLayerError {
+        let metrics = self.raft.metrics().borrow().clone();
+        let leader_api = metrics.current_leader.and_then(|id| {
+            metrics
+                .membership_config
+                .membership()
+                .get_node(&id)
+                .map(|n| n.api_addr.clone())
+        });
+        RaftLayerError::NotLeader {
+            leader_id: metrics.current_leader,
+            leader_api,
+        }
+    }
+
     /// Stops Raft (after in-flight proposals finish) and the background tasks.
     pub async fn shutdown(&self) {
         let _ = self.stop.send(true);
@@ -407,12 +523,11 @@ async fn run_lease_clock(node: Arc<Node>) {
                 // a lease the new leader just kept alive). And only in the term it
                 // was decided in: a proposal that waited across a re-election of
                 // this same node is refused by the log (chaos finding 7).
-                let outcome = node
-                    .propose_as_leader(Request::plain(Command::ExpireLeaseOfTerm {
-                        lease_id,
-                        term,
-                    }))
-                    .await;
+                let outcome = crate::routing::propose_as_leader(
+                    &node,
+                    Request::plain(Command::ExpireLeaseOfTerm { lease_id, term }),
+                )
+                .await;
                 match outcome {
                     Ok(Outcome {
                         result:

@@ -101,20 +101,23 @@ impl InFlight {
 }
 
 /// A batch's outcomes, once its entry is applied.
-type Applied = Pin<Box<dyn Future<Output = Result<Vec<Outcome>, RaftLayerError>> + Send>>;
+type PendingOutcomes = Pin<Box<dyn Future<Output = Result<Vec<Outcome>, RaftLayerError>> + Send>>;
 
 /// Where the proposer sends its entries: openraft, or a stand-in in tests.
 trait LogSink: Send + Sync + 'static {
     /// Hands `batch` to the log without waiting for its commit; the returned
     /// future resolves once it is applied.
-    fn submit(&self, batch: Batch) -> impl Future<Output = Result<Applied, RaftLayerError>> + Send;
+    fn submit(
+        &self,
+        batch: Batch,
+    ) -> impl Future<Output = Result<PendingOutcomes, RaftLayerError>> + Send;
 
     /// Voters in the current membership.
     fn voters(&self) -> usize;
 }
 
 impl LogSink for Raft<TypeConfig> {
-    async fn submit(&self, batch: Batch) -> Result<Applied, RaftLayerError> {
+    async fn submit(&self, batch: Batch) -> Result<PendingOutcomes, RaftLayerError> {
         let response = self
             .client_write_ff(batch)
             .await
@@ -374,7 +377,7 @@ mod tests {
     }
 
     impl LogSink for Arc<ScriptedLog> {
-        async fn submit(&self, batch: Batch) -> Result<Applied, RaftLayerError> {
+        async fn submit(&self, batch: Batch) -> Result<PendingOutcomes, RaftLayerError> {
             let (tx, rx) = oneshot::channel();
             self.answers.lock().expect("lock").push(tx);
             let count = batch.requests.len();

@@ -157,75 +157,66 @@ async fn hand_back(node: &Node, kind: &QueueKind, end: WaitEnd) {
     }
 }
 
-impl Node {
-    /// Proposes `request` (an acquire or campaign carrying `waiter`) and, if it
-    /// queues, waits up to `wait` for the grant, or until `abandoned` resolves
-    /// (the client went away). If the wait is abandoned or the caller's future is
-    /// dropped, the wait is cancelled through the log.
-    ///
-    /// `abandoned` is polled only once the request has queued: most acquires are
-    /// answered at once, and watching a client (a socket registered with the
-    /// reactor) costs a few system calls that an immediate answer does not need.
-    pub async fn propose_and_wait(
-        self: &Arc<Self>,
-        request: Request,
-        kind: QueueKind,
-        waiter: WaiterId,
-        wait: Duration,
-        abandoned: impl std::future::Future<Output = ()>,
-    ) -> Result<Waited, RaftLayerError> {
-        let rx = self.waiters().register(waiter);
-        let mut guard = AbandonGuard {
-            node: self.clone(),
-            kind: kind.clone(),
-            waiter,
-            rx: Some(rx),
-            armed: true,
-        };
-        let outcome = self.propose(request).await?;
-        let queued_as = outcome.result.as_ref().ok().and_then(Reply::queued_waiter);
-        match queued_as {
-            Some(queued) if queued == waiter => {}
-            Some(_) | None => {
-                // Answered at once, or this lease already waits under another
-                // request's id (that request keeps its place).
-                guard.disarm();
-                return Ok(Waited::Immediate(outcome));
-            }
+/// The body of [`Node::propose_and_wait`].
+pub(crate) async fn propose_and_wait(
+    node: &Arc<Node>,
+    request: Request,
+    kind: QueueKind,
+    waiter: WaiterId,
+    wait: Duration,
+    abandoned: impl std::future::Future<Output = ()>,
+) -> Result<Waited, RaftLayerError> {
+    let rx = node.waiters().register(waiter);
+    let mut guard = AbandonGuard {
+        node: node.clone(),
+        kind: kind.clone(),
+        waiter,
+        rx: Some(rx),
+        armed: true,
+    };
+    let outcome = node.propose(request).await?;
+    let queued_as = outcome.result.as_ref().ok().and_then(Reply::queued_waiter);
+    match queued_as {
+        Some(queued) if queued == waiter => {}
+        Some(_) | None => {
+            // Answered at once, or this lease already waits under another
+            // request's id (that request keeps its place).
+            guard.disarm();
+            return Ok(Waited::Immediate(outcome));
         }
-        let ended = {
-            let Some(rx) = guard.rx.as_mut() else {
-                guard.disarm();
-                return Ok(Waited::TimedOut);
-            };
-            tokio::select! {
-                ended = tokio::time::timeout(wait, rx) => ended,
-                // Returning with the guard armed cancels the wait in the background.
-                () = abandoned => return Ok(Waited::Abandoned),
-            }
+    }
+    let ended = {
+        let Some(rx) = guard.rx.as_mut() else {
+            guard.disarm();
+            return Ok(Waited::TimedOut);
         };
-        match ended {
-            Ok(Ok(end)) => {
-                guard.disarm();
-                Ok(Waited::Ended(end))
-            }
-            Ok(Err(_)) => {
-                guard.disarm();
-                Err(RaftLayerError::unavailable("the wait was interrupted"))
-            }
-            Err(_) => {
-                let rx = guard.rx.take();
-                let raced = cancel(self, &kind, waiter, rx).await;
-                guard.disarm();
-                match raced {
-                    Ok(Some(end)) => Ok(Waited::Ended(end)),
-                    Ok(None) => Ok(Waited::TimedOut),
-                    // Still queued as far as anyone knows: saying "timed out" would
-                    // be a lie if the grant comes later.
-                    Err(error) => Err(RaftLayerError::outcome_unknown(format!(
-                        "the wait timed out but leaving the queue was not confirmed ({error})"
-                    ))),
-                }
+        tokio::select! {
+            ended = tokio::time::timeout(wait, rx) => ended,
+            // Returning with the guard armed cancels the wait in the background.
+            () = abandoned => return Ok(Waited::Abandoned),
+        }
+    };
+    match ended {
+        Ok(Ok(end)) => {
+            guard.disarm();
+            Ok(Waited::Ended(end))
+        }
+        Ok(Err(_)) => {
+            guard.disarm();
+            Err(RaftLayerError::unavailable("the wait was interrupted"))
+        }
+        Err(_) => {
+            let rx = guard.rx.take();
+            let raced = cancel(node, &kind, waiter, rx).await;
+            guard.disarm();
+            match raced {
+                Ok(Some(end)) => Ok(Waited::Ended(end)),
+                Ok(None) => Ok(Waited::TimedOut),
+                // Still queued as far as anyone knows: saying "timed out" would
+                // be a lie if the grant comes later.
+                Err(error) => Err(RaftLayerError::outcome_unknown(format!(
+                    "the wait timed out but leaving the queue was not confirmed ({error})"
+                ))),
             }
         }
     }

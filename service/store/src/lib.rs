@@ -46,7 +46,7 @@ use std::path::Path;
 
 pub use error::StoreError;
 pub use log_store::LogStore;
-pub use shared::{Applied, ApplyObserver, SharedState};
+pub use shared::{AppliedState, ApplyObserver, SharedState};
 pub use snapshot_builder::SnapshotBuilder;
 pub use state_machine_store::StateMachineStore;
 pub use type_config::{

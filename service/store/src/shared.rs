@@ -11,7 +11,7 @@ use crate::type_config::{LogId, StoredMembership};
 /// Everything applied so far: the state machine and the Raft bookkeeping that
 /// must move in step with it.
 #[derive(Clone, Debug, Default)]
-pub struct Applied {
+pub struct AppliedState {
     /// The lock, lease, election and name state.
     pub machine: StateMachine,
     /// The last log entry applied to `machine` (or covered by its snapshot).
@@ -42,7 +42,7 @@ pub trait ApplyObserver: Send + Sync + 'static {
 /// openraft owns the [`crate::StateMachineStore`]; everything else reads the
 /// state through an `Arc<SharedState>` taken from it before it was handed over.
 pub struct SharedState {
-    applied: RwLock<Applied>,
+    applied: RwLock<AppliedState>,
     revision: watch::Sender<u64>,
     observer: RwLock<Option<Arc<dyn ApplyObserver>>>,
 }
@@ -57,7 +57,7 @@ impl fmt::Debug for SharedState {
 }
 
 impl SharedState {
-    pub(crate) fn new(applied: Applied) -> Self {
+    pub(crate) fn new(applied: AppliedState) -> Self {
         let (revision, _) = watch::channel(applied.machine.revision());
         SharedState {
             applied: RwLock::new(applied),
@@ -69,12 +69,12 @@ impl SharedState {
     /// Read access to the applied state.
     ///
     /// Hold the guard briefly: applying waits for it.
-    pub fn read(&self) -> RwLockReadGuard<'_, Applied> {
+    pub fn read(&self) -> RwLockReadGuard<'_, AppliedState> {
         // A panic while applying already stops openraft; readers may still look.
         self.applied.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Applied> {
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, AppliedState> {
         self.applied.write().unwrap_or_else(PoisonError::into_inner)
     }
 

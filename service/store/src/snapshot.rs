@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::codec::{decode, encode};
 use crate::db::{self, CF_SNAPSHOT, KEY_SNAPSHOT};
 use crate::error::StoreError;
-use crate::shared::Applied;
+use crate::shared::AppliedState;
 use crate::type_config::{LogId, SnapshotMeta, StoredMembership};
 
 /// The bytes of a snapshot, as sent to followers: self-describing, so a
@@ -29,7 +29,7 @@ pub(crate) struct SnapshotEnvelope {
 
 impl SnapshotEnvelope {
     /// Captures `applied` (serializing the state machine).
-    pub(crate) fn of(applied: &Applied) -> Self {
+    pub(crate) fn of(applied: &AppliedState) -> Self {
         SnapshotEnvelope {
             last_applied: applied.last_applied,
             membership: applied.membership.clone(),
@@ -55,9 +55,9 @@ impl SnapshotEnvelope {
 
     /// Rebuilds the applied state from these bytes, trusting `meta` for the
     /// Raft bookkeeping (it was checked against the envelope).
-    pub(crate) fn restore(&self, meta: &SnapshotMeta) -> Result<Applied, StoreError> {
+    pub(crate) fn restore(&self, meta: &SnapshotMeta) -> Result<AppliedState, StoreError> {
         let machine = StateMachine::from_snapshot(&self.machine).map_err(StoreError::Restore)?;
-        Ok(Applied {
+        Ok(AppliedState {
             machine,
             last_applied: meta.last_log_id,
             membership: meta.last_membership.clone(),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use openraft::{RaftSnapshotBuilder, StorageIOError};
 
 use crate::error::StoreError;
-use crate::shared::Applied;
+use crate::shared::AppliedState;
 use crate::snapshot::{SnapshotEnvelope, SnapshotStore, StoredSnapshot};
 use crate::type_config::{Snapshot, SnapshotMeta, StorageResult, TypeConfig};
 
@@ -17,12 +17,12 @@ use crate::type_config::{Snapshot, SnapshotMeta, StorageResult, TypeConfig};
 /// serializing, and it keeps the state machine task's pause short).
 #[derive(Debug)]
 pub struct SnapshotBuilder {
-    view: Applied,
+    view: AppliedState,
     snapshots: Arc<SnapshotStore>,
 }
 
 impl SnapshotBuilder {
-    pub(crate) fn new(view: Applied, snapshots: Arc<SnapshotStore>) -> Self {
+    pub(crate) fn new(view: AppliedState, snapshots: Arc<SnapshotStore>) -> Self {
         SnapshotBuilder { view, snapshots }
     }
 

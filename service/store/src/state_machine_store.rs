@@ -9,7 +9,7 @@ use openraft::{EntryPayload, OptionalSend, StorageIOError};
 use rocksdb::DB;
 
 use crate::error::StoreError;
-use crate::shared::{Applied, ApplyObserver, SharedState};
+use crate::shared::{AppliedState, ApplyObserver, SharedState};
 use crate::snapshot::{SnapshotEnvelope, SnapshotStore, StoredSnapshot};
 use crate::snapshot_builder::SnapshotBuilder;
 use crate::type_config::{
@@ -55,7 +55,7 @@ impl StateMachineStore {
                 tracing::info!(snapshot = %stored.meta, revision = applied.machine.revision(), "restored state from snapshot");
                 applied
             }
-            None => Applied::default(),
+            None => AppliedState::default(),
         };
         Ok(StateMachineStore {
             shared: Arc::new(SharedState::new(applied)),

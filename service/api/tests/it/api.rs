@@ -98,7 +98,7 @@ async fn leases_are_created_kept_alive_inspected_and_revoked() {
     }
 }
 
-async fn put_name<S>(app: &S, name: &str, body: serde_json::Value) -> support::Reply
+async fn put_name<S>(app: &S, name: &str, body: serde_json::Value) -> support::HttpReply
 where
     S: actix_web::dev::Service<
         actix_http::Request,

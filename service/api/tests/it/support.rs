@@ -91,13 +91,13 @@ pub async fn app_with(
     test::init_service(App::new().configure(configure(state))).await
 }
 
-pub struct Reply {
+pub struct HttpReply {
     pub status: u16,
     pub body: Value,
     pub headers: actix_web::http::header::HeaderMap,
 }
 
-impl Reply {
+impl HttpReply {
     pub fn code(&self) -> &str {
         self.body["code"].as_str().unwrap_or("")
     }
@@ -108,7 +108,7 @@ impl Reply {
     }
 }
 
-pub async fn send<S>(app: &S, request: TestRequest) -> Reply
+pub async fn send<S>(app: &S, request: TestRequest) -> HttpReply
 where
     S: Service<Request, Response = ServiceResponse, Error = Error>,
 {
@@ -122,21 +122,21 @@ where
         serde_json::from_slice(&bytes)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
     };
-    Reply {
+    HttpReply {
         status,
         body,
         headers,
     }
 }
 
-pub async fn post<S>(app: &S, path: &str, body: Value) -> Reply
+pub async fn post<S>(app: &S, path: &str, body: Value) -> HttpReply
 where
     S: Service<Request, Response = ServiceResponse, Error = Error>,
 {
     send(app, TestRequest::post().uri(path).set_json(body)).await
 }
 
-pub async fn get<S>(app: &S, path: &str) -> Reply
+pub async fn get<S>(app: &S, path: &str) -> HttpReply
 where
     S: Service<Request, Response = ServiceResponse, Error = Error>,
 {

@@ -102,7 +102,7 @@ fn parse_frame(text: &str) -> SseEvent {
     event
 }
 
-async fn open<S>(app: &S, request: TestRequest) -> Result<Sse, support::Reply>
+async fn open<S>(app: &S, request: TestRequest) -> Result<Sse, support::HttpReply>
 where
     S: Service<actix_http::Request, Response = ServiceResponse, Error = Error>,
 {
@@ -111,7 +111,7 @@ where
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let bytes = test::read_body(response).await;
-        return Err(support::Reply {
+        return Err(support::HttpReply {
             status,
             body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
             headers,

@@ -5,7 +5,7 @@ use actix_web::test::TestRequest;
 use serde_json::json;
 
 use crate::support::{
-    app_with_auth, auth_file, bearer, send, start_node, Reply, ADMIN_TOKEN, BILLING_TOKEN,
+    app_with_auth, auth_file, bearer, send, start_node, HttpReply, ADMIN_TOKEN, BILLING_TOKEN,
     PAYROLL_TOKEN,
 };
 
@@ -73,7 +73,7 @@ async fn health_and_metrics_follow_the_auth_file() {
     assert_eq!(send(&app, admin).await.status, 200);
 }
 
-fn names(reply: &Reply) -> Vec<String> {
+fn names(reply: &HttpReply) -> Vec<String> {
     reply.body["items"]
         .as_array()
         .unwrap_or_else(|| panic!("{:?}", reply.body))
