@@ -147,6 +147,19 @@ fn expired(reports: &[Report]) -> u64 {
 /// The whole document.
 pub fn render(results: &Results) -> String {
     let mut out = String::new();
+    header(&mut out, results);
+    ratios(&mut out, results);
+    absolute(&mut out, results);
+    where_the_time_goes(&mut out, results);
+    client_sweep(&mut out, results);
+    keepalive(&mut out, results);
+    watch_fanout(&mut out, results);
+    machine_and_method(&mut out, results);
+    out
+}
+
+/// The title, what generated the document, and the command.
+fn header(out: &mut String, results: &Results) {
     let a = &results.args;
     let _ = writeln!(out, "# Benchmarks: Baton side by side with etcd\n");
     let _ = writeln!(
@@ -163,8 +176,10 @@ pub fn render(results: &Results) -> String {
         "**Baton binary:** {}. **etcd:** the Debian package (Go release build).\n",
         a.baton_build
     );
+}
 
-    // Ratios.
+/// The ratio table: Baton over etcd per scenario, and the runs that failed.
+fn ratios(out: &mut String, results: &Results) {
     let _ = writeln!(out, "## Baton / etcd\n");
     let _ = writeln!(out, "| scenario | clients | Baton ops/s | etcd ops/s | throughput ratio | Baton p99 ms | etcd p99 ms | p99 ratio | server CPU per op ratio | target (issue 6) | |");
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|");
@@ -248,8 +263,10 @@ pub fn render(results: &Results) -> String {
         }
         let _ = writeln!(out);
     }
+}
 
-    // Absolute numbers.
+/// Every target's medians, with the per-round figures.
+fn absolute(out: &mut String, results: &Results) {
     let _ = writeln!(out, "## Absolute numbers (medians)\n");
     let _ = writeln!(
         out,
@@ -280,8 +297,10 @@ pub fn render(results: &Results) -> String {
         }
     }
     let _ = writeln!(out);
+}
 
-    // Where the time goes.
+/// The fsync floor and the fsyncs each server made.
+fn where_the_time_goes(out: &mut String, results: &Results) {
     let f = &results.machine.fsync;
     let _ = writeln!(out, "## Where the time goes\n");
     let _ = writeln!(
@@ -319,8 +338,11 @@ pub fn render(results: &Results) -> String {
     } else {
         let _ = writeln!(out, "fsyncs were not counted: `perf stat` could not count syscall tracepoints on this machine.\n");
     }
+}
 
-    // Client sweep.
+/// lock-cycle by number of clients.
+fn client_sweep(out: &mut String, results: &Results) {
+    let a = &results.args;
     if !results.sweep.is_empty() {
         let _ = writeln!(out, "## lock-cycle by number of clients\n");
         let _ = writeln!(out, "One round each (the {}-client row above is the median of {} rounds). More clients put more requests in each fsync: where throughput keeps growing with clients the server is bound by latency (fsync + request path), not by CPU.\n", a.lock_cycle_clients, a.rounds);
@@ -359,8 +381,10 @@ pub fn render(results: &Results) -> String {
         }
         let _ = writeln!(out);
     }
+}
 
-    // Keepalive detail.
+/// The keepalive scenario in words.
+fn keepalive(out: &mut String, results: &Results) {
     if let Some(runs) = results
         .runs
         .iter()
@@ -382,8 +406,10 @@ pub fn render(results: &Results) -> String {
         }
         let _ = writeln!(out);
     }
+}
 
-    // Watch fan-out.
+/// The watch fan-out scenario in words.
+fn watch_fanout(out: &mut String, results: &Results) {
     if let Some(runs) = results
         .runs
         .iter()
@@ -406,8 +432,12 @@ pub fn render(results: &Results) -> String {
             (None, None) => {}
         }
     }
+}
 
-    // Machine and versions.
+/// The machine, the versions and how the runs were made.
+fn machine_and_method(out: &mut String, results: &Results) {
+    let a = &results.args;
+    let f = &results.machine.fsync;
     let m = &results.machine;
     let _ = writeln!(out, "## Machine\n");
     let _ = writeln!(out, "| | |\n|---|---|");
@@ -462,7 +492,6 @@ pub fn render(results: &Results) -> String {
             .join(", "),
         a.results_dir.display()
     );
-    out
 }
 
 /// A report's extra value `key` as text, `?` when it is missing.

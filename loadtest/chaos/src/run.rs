@@ -125,37 +125,12 @@ pub fn keys(n: usize) -> (Vec<String>, Vec<String>, Vec<String>) {
     (locks, elections, names)
 }
 
-/// Runs the whole thing.
+/// Runs the whole thing: start the cluster, load and faults for the duration,
+/// heal, read the final state, save the history and judge it.
 pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
     std::fs::create_dir_all(&cfg.out).with_context(|| format!("creating {}", cfg.out.display()))?;
-    let clock = cfg.faults.contains(&FaultFamily::Clock) || cfg.clock_rate != 1.0;
-    let mut seed_rng = StdRng::seed_from_u64(cfg.seed);
-    let skewed = (cfg.clock_rate != 1.0).then(|| seed_rng.gen_range(1..=cfg.nodes as u64));
     let cluster_dir = cfg.out.join("cluster");
-    let _ = std::fs::remove_dir_all(&cluster_dir);
-    let mut cluster = Cluster::new(ClusterConfig {
-        nodes: cfg.nodes,
-        baton_bin: cfg.baton_bin.clone(),
-        dir: cluster_dir.clone(),
-        secret: format!("chaos-{}", cfg.seed),
-        heartbeat_ms: cfg.heartbeat_ms,
-        election_timeout_ms: cfg.election_timeout_ms,
-        unsafe_no_fsync: cfg.unsafe_no_fsync,
-        faketime: clock,
-        skewed_node: skewed,
-        clock_rate: cfg.clock_rate,
-    })
-    .await?;
-    cluster.start_all().await?;
-    if let Err(e) = cluster.wait_ready(Duration::from_secs(60)).await {
-        cluster.shutdown().await;
-        anyhow::bail!("{e}; see the node logs in {}", cluster_dir.display());
-    }
-    let leader = cluster.leader().await;
-    eprintln!(
-        "baton-chaos: cluster of {} ready, leader {leader:?}",
-        cfg.nodes
-    );
+    let cluster = start_cluster(&cfg, &cluster_dir).await?;
     let urls = cluster.urls();
     let cluster = Arc::new(tokio::sync::Mutex::new(cluster));
 
@@ -225,46 +200,91 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
     );
     nemesis_stop_tx.send_replace(true);
     let _ = nemesis_task.await;
+    let mut recovery = heal(&cfg, &cluster).await;
+    worker_stop_tx.send_replace(true);
+    for w in workers {
+        let _ = tokio::time::timeout(Duration::from_secs(30), w).await;
+    }
+    read_final_state(&rec, &urls, [&locks, &elections, &names], &mut recovery).await;
+    std::fs::write(
+        cfg.out.join("recovery.json"),
+        serde_json::to_vec_pretty(&recovery)?,
+    )?;
+    let end_ns = rec.now_ns();
+    cluster.lock().await.shutdown().await;
+    if !cfg.keep_data {
+        for i in 1..=cfg.nodes {
+            let _ = std::fs::remove_dir_all(cluster_dir.join(format!("data-{i}")));
+        }
+    }
+    save_and_judge(cfg, &rec, &register, &nemesis_log, end_ns, recovery)
+}
+
+/// Starts the nodes (under libfaketime when clocks are faulted) and waits until
+/// the cluster is ready.
+async fn start_cluster(cfg: &RunConfig, cluster_dir: &Path) -> anyhow::Result<Cluster> {
+    let clock = cfg.faults.contains(&FaultFamily::Clock) || cfg.clock_rate != 1.0;
+    let mut seed_rng = StdRng::seed_from_u64(cfg.seed);
+    let skewed = (cfg.clock_rate != 1.0).then(|| seed_rng.gen_range(1..=cfg.nodes as u64));
+    let _ = std::fs::remove_dir_all(cluster_dir);
+    let mut cluster = Cluster::new(ClusterConfig {
+        nodes: cfg.nodes,
+        baton_bin: cfg.baton_bin.clone(),
+        dir: cluster_dir.to_path_buf(),
+        secret: format!("chaos-{}", cfg.seed),
+        heartbeat_ms: cfg.heartbeat_ms,
+        election_timeout_ms: cfg.election_timeout_ms,
+        unsafe_no_fsync: cfg.unsafe_no_fsync,
+        faketime: clock,
+        skewed_node: skewed,
+        clock_rate: cfg.clock_rate,
+    })
+    .await?;
+    cluster.start_all().await?;
+    if let Err(e) = cluster.wait_ready(Duration::from_secs(60)).await {
+        cluster.shutdown().await;
+        anyhow::bail!("{e}; see the node logs in {}", cluster_dir.display());
+    }
+    let leader = cluster.leader().await;
+    eprintln!(
+        "baton-chaos: cluster of {} ready, leader {leader:?}",
+        cfg.nodes
+    );
+    Ok(cluster)
+}
+
+/// After the last fault: the cluster must be ready again within a minute.
+async fn heal(cfg: &RunConfig, cluster: &tokio::sync::Mutex<Cluster>) -> Verdict {
     let ready = cluster
         .lock()
         .await
         .wait_ready(Duration::from_secs(60))
         .await;
-    if let Err(e) = &ready {
-        eprintln!("baton-chaos: after healing: {e}");
-    }
     let mut recovery = Verdict::new("cluster-recovered");
     recovery.checked = cfg.nodes;
     if let Err(e) = &ready {
+        eprintln!("baton-chaos: after healing: {e}");
         recovery.violation(format!("after the final heal: {e} (see the node logs)"));
     }
-    worker_stop_tx.send_replace(true);
-    for w in workers {
-        let _ = tokio::time::timeout(Duration::from_secs(30), w).await;
-    }
+    recovery
+}
 
-    // Final state, read through the API right after the workers' last refresh.
+/// Reads every key once more through the API (trying the nodes in turn), right
+/// after the workers' last refresh; each read goes into the history.
+async fn read_final_state(
+    rec: &Recorder,
+    urls: &[String],
+    [locks, elections, names]: [&Vec<String>; 3],
+    recovery: &mut Verdict,
+) {
     let http = BatonClient::new(Duration::from_secs(2));
     let mut final_reads = 0;
-    for (collection, ks) in [
-        ("locks", &locks),
-        ("elections", &elections),
-        ("names", &names),
-    ] {
+    for (collection, ks) in [("locks", locks), ("elections", elections), ("names", names)] {
         for (i, k) in ks.iter().enumerate() {
             for attempt in 0..20 {
                 let n = (i + attempt) % urls.len();
-                if read_key(
-                    &http,
-                    &rec,
-                    FINAL_PROCESS,
-                    n as u64 + 1,
-                    &urls[n],
-                    collection,
-                    k,
-                )
-                .await
-                {
+                let url = &urls[n];
+                if read_key(&http, rec, FINAL_PROCESS, n as u64 + 1, url, collection, k).await {
                     final_reads += 1;
                     break;
                 }
@@ -279,21 +299,18 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
             "only {final_reads} of {expected_reads} final reads answered"
         ));
     }
-    std::fs::write(
-        cfg.out.join("recovery.json"),
-        serde_json::to_vec_pretty(&recovery)?,
-    )?;
-    let end_ns = rec.now_ns();
-    {
-        let mut c = cluster.lock().await;
-        c.shutdown().await;
-    }
-    if !cfg.keep_data {
-        for i in 1..=cfg.nodes {
-            let _ = std::fs::remove_dir_all(cluster_dir.join(format!("data-{i}")));
-        }
-    }
+}
 
+/// Writes the history, the register and the nemesis log into the run directory,
+/// runs the checkers over them and writes the report.
+fn save_and_judge(
+    cfg: RunConfig,
+    rec: &Recorder,
+    register: &FencedRegister,
+    nemesis_log: &NemesisLog,
+    end_ns: u64,
+    recovery: Verdict,
+) -> anyhow::Result<Report> {
     let events = rec.events();
     history::write_jsonl(&cfg.out.join("history.jsonl"), &events)?;
     let reg = register.snapshot();
@@ -305,19 +322,10 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
     std::fs::write(cfg.out.join("end_ns"), end_ns.to_string())?;
     let ops = history::pair(&events, end_ns);
     let jumps = clock_jumps(&nemesis_log.events());
-    let report = evaluate(
-        cfg.clone(),
-        &ops,
-        reg,
-        nemesis_log.counts(),
-        &jumps,
-        recovery,
-    );
-    std::fs::write(
-        cfg.out.join("report.json"),
-        serde_json::to_vec_pretty(&report)?,
-    )?;
-    std::fs::write(cfg.out.join("report.txt"), render(&report))?;
+    let out = cfg.out.clone();
+    let report = evaluate(cfg, &ops, reg, nemesis_log.counts(), &jumps, recovery);
+    std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
+    std::fs::write(out.join("report.txt"), render(&report))?;
     Ok(report)
 }
 

@@ -1,11 +1,15 @@
-//! The one skeleton of the two requests that may wait in line for a holding:
-//! `POST /v1/locks/{name}:acquire` and `POST /v1/elections/{name}:campaign`.
+//! The one skeleton of the requests that may wait in line for a holding:
+//! `POST /v1/locks/{name}:acquire`, `POST /v1/locks:acquire`,
+//! `POST /v1/elections/{name}:campaign` and `POST /v1/semaphores/{name}:acquire`.
 //! Parse the wait and the lease, propose with a waiter id when it may wait, wait
-//! for the grant, and reduce every way that can end to three answers.
+//! for the grant, and reduce every way that can end to three answers. What
+//! differs between them (the shape of a grant and of a refusal) is a
+//! [`ClaimShape`].
 
 use actix_web::HttpRequest;
 use baton_core::{
-    Claimed, Command, CoreError, EndReason, Grant, LeaseRef, Reply, Request, WaiterId,
+    Claimed, Command, CoreError, EndReason, Grant, HeldLock, LeaseRef, LocksClaimed, PermitGrant,
+    PermitsClaimed, Reply, Request, WaiterId,
 };
 use baton_raft::{Node, QueueKind, WaitEnd, Waited};
 
@@ -15,7 +19,7 @@ use crate::respond::{applied, lease_ref};
 use crate::state::ApiState;
 
 /// What the client asked for about waiting and the lease (body fields shared by
-/// `:acquire` and `:campaign`).
+/// every request that may wait).
 pub struct ClaimTerms<'a> {
     /// Hang the holding on this lease (text as sent).
     pub lease_id: Option<&'a str>,
@@ -25,29 +29,123 @@ pub struct ClaimTerms<'a> {
     pub wait_ms: Option<u64>,
 }
 
+/// The shape of one kind of claim: what its grant and its immediate refusal
+/// carry, read from the command's reply or from the end of its wait.
+pub trait ClaimShape {
+    /// What a grant carries.
+    type Granted;
+    /// What an immediate refusal carries (who is in the way).
+    type Held;
+    /// The command's reply: granted now, or queued (refused, when it may not
+    /// wait). A reply of another shape is handed back (a bug: 500).
+    fn split(reply: Reply) -> Result<Result<Self::Granted, Self::Held>, Reply>;
+    /// The grant a wait ended with, if it ended with this kind's grant.
+    fn granted_by(end: WaitEnd) -> Option<Self::Granted>;
+    /// The revision of a grant that came from the queue (its last token).
+    fn revision(granted: &Self::Granted) -> u64;
+}
+
+/// A lock (exclusive, one name) or an election: the grant, and the leader's value.
+pub struct Single;
+
+impl ClaimShape for Single {
+    type Granted = (Grant, Option<String>);
+    type Held = (Option<String>, Option<u64>);
+
+    fn split(reply: Reply) -> Result<Result<Self::Granted, Self::Held>, Reply> {
+        Ok(match reply.into_claim()? {
+            Claimed::Granted { grant, value } => Ok((grant, value)),
+            Claimed::Queued { holder, token } => Err((holder, token)),
+        })
+    }
+
+    fn granted_by(end: WaitEnd) -> Option<Self::Granted> {
+        match end {
+            WaitEnd::Granted(held) => held.into_iter().next().map(|h| (h.grant, None)),
+            WaitEnd::Elected(grant, value) => Some((grant, Some(value))),
+            _ => None,
+        }
+    }
+
+    fn revision((grant, _): &Self::Granted) -> u64 {
+        grant.token
+    }
+}
+
+/// An `AcquireLocks`: every lock with its own grant and mode.
+pub struct Several;
+
+/// The lock that blocks an `AcquireLocks`: its name, first holder and token.
+pub type Blocking = (String, Option<String>, Option<u64>);
+
+impl ClaimShape for Several {
+    type Granted = Vec<HeldLock>;
+    type Held = Blocking;
+
+    fn split(reply: Reply) -> Result<Result<Self::Granted, Self::Held>, Reply> {
+        Ok(match reply.into_locks_claim()? {
+            LocksClaimed::Granted(held) => Ok(held),
+            LocksClaimed::Queued {
+                name,
+                holder,
+                token,
+            } => Err((name, holder, token)),
+        })
+    }
+
+    fn granted_by(end: WaitEnd) -> Option<Self::Granted> {
+        match end {
+            WaitEnd::Granted(held) => Some(held),
+            _ => None,
+        }
+    }
+
+    fn revision(granted: &Self::Granted) -> u64 {
+        granted.iter().map(|h| h.grant.token).max().unwrap_or(0)
+    }
+}
+
+/// Permits of a semaphore.
+pub struct Permits;
+
+impl ClaimShape for Permits {
+    type Granted = PermitGrant;
+    type Held = (u64, u32);
+
+    fn split(reply: Reply) -> Result<Result<Self::Granted, Self::Held>, Reply> {
+        Ok(match reply.into_permits_claim()? {
+            PermitsClaimed::Granted(grant) => Ok(grant),
+            PermitsClaimed::Queued { in_use, limit } => Err((in_use, limit)),
+        })
+    }
+
+    fn granted_by(end: WaitEnd) -> Option<Self::Granted> {
+        match end {
+            WaitEnd::Permits(grant) => Some(grant),
+            _ => None,
+        }
+    }
+
+    fn revision(granted: &Self::Granted) -> u64 {
+        granted.grant.token
+    }
+}
+
 /// How a claim ended, reduced to what the handler answers.
-pub enum ClaimEnd {
+pub enum ClaimEnd<S: ClaimShape> {
     /// Granted (or elected), at once or after waiting.
-    Won(Won),
-    /// Refused at once because someone holds it: the holder (leader) and, for a
-    /// lock, its token, as of the refusal.
-    Held {
-        /// Current holder, or leader.
-        holder: Option<String>,
-        /// Current holder's token (locks).
-        token: Option<u64>,
-    },
+    Won(Won<S::Granted>),
+    /// Refused at once because someone holds it: who, as of the refusal.
+    Held(S::Held),
     /// It waited and was not granted (the wait ran out, or it was released or
     /// force-ended from the queue): who holds it now is for the handler to read.
     NotGranted,
 }
 
 /// A granted claim.
-pub struct Won {
+pub struct Won<G> {
     /// The grant; its token is the revision it happened at.
-    pub grant: Grant,
-    /// The leader's value, for an election.
-    pub value: Option<String>,
+    pub granted: G,
     /// Revision the answer reflects.
     pub revision: u64,
     /// Replayed for a retried idempotency key.
@@ -69,14 +167,14 @@ pub(crate) fn checked_wait(state: &ApiState, wait_ms: Option<u64>) -> Result<u64
 /// while waiting is `lease_not_found`; a client that goes away while queued ends
 /// the wait (`ApiError::ClientGone`), and its place leaves the queue through the
 /// log.
-pub async fn claim(
+pub async fn claim<S: ClaimShape>(
     state: &ApiState,
     http: &HttpRequest,
     body: &[u8],
     queue: QueueKind,
     terms: ClaimTerms<'_>,
     build: impl FnOnce(LeaseRef, Option<WaiterId>) -> Command,
-) -> Result<ClaimEnd, ApiError> {
+) -> Result<ClaimEnd<S>, ApiError> {
     let wait_ms = checked_wait(state, terms.wait_ms)?;
     let lease = lease_ref(state, terms.lease_id, terms.ttl_ms)?;
     let waiter = (wait_ms > 0).then(Node::new_waiter_id);
@@ -103,39 +201,32 @@ pub async fn claim(
     };
     match waited {
         Waited::Immediate(outcome) => {
-            let done = applied(outcome, Reply::into_claim)?;
+            let done = applied(outcome, S::split)?;
             Ok(match done.reply {
-                Claimed::Granted { grant, value } => ClaimEnd::Won(Won {
-                    grant,
-                    value,
+                Ok(granted) => ClaimEnd::Won(Won {
+                    granted,
                     revision: done.revision,
                     replayed: done.replayed,
                 }),
-                Claimed::Queued { holder, token } => ClaimEnd::Held { holder, token },
+                Err(held) => ClaimEnd::Held(held),
             })
-        }
-        Waited::Ended(WaitEnd::Granted(grant)) => Ok(ClaimEnd::Won(Won::after_wait(grant, None))),
-        Waited::Ended(WaitEnd::Elected(grant, value)) => {
-            Ok(ClaimEnd::Won(Won::after_wait(grant, Some(value))))
         }
         Waited::Ended(WaitEnd::Ended(EndReason::Revoked | EndReason::Expired)) => {
             Err(ApiError::Core(CoreError::LeaseNotFound))
         }
         Waited::Ended(WaitEnd::Ended(EndReason::Released | EndReason::ForceReleased))
         | Waited::TimedOut => Ok(ClaimEnd::NotGranted),
+        Waited::Ended(end) => match S::granted_by(end) {
+            // From the queue: its revision is its token, never a replay.
+            Some(granted) => Ok(ClaimEnd::Won(Won {
+                revision: S::revision(&granted),
+                granted,
+                replayed: false,
+            })),
+            None => Err(ApiError::Internal(
+                "a wait ended with a grant of another kind".into(),
+            )),
+        },
         Waited::Abandoned => Err(ApiError::ClientGone),
-    }
-}
-
-impl Won {
-    /// A grant that came from the queue: its revision is its token, and it is
-    /// never a replay.
-    fn after_wait(grant: Grant, value: Option<String>) -> Self {
-        Won {
-            revision: grant.token,
-            grant,
-            value,
-            replayed: false,
-        }
     }
 }

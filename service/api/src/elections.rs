@@ -9,7 +9,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::auth::{Caller, Kind};
-use crate::claim::{claim, ClaimEnd, ClaimTerms};
+use crate::claim::{claim, ClaimEnd, ClaimTerms, Single};
 use crate::error::{ApiError, Problem};
 use crate::request::{
     checked_name, parse_lease_id, parse_required_body, read_body, settle_read, ReadQuery,
@@ -172,7 +172,7 @@ pub async fn campaign(
         wait_ms: input.wait_ms,
     };
     let queue = QueueKind::Election(name.clone());
-    let end = claim(&state, &http, &body, queue, terms, |lease, waiter| {
+    let end = claim::<Single>(&state, &http, &body, queue, terms, |lease, waiter| {
         Command::Campaign {
             name: name.clone(),
             lease,
@@ -184,12 +184,12 @@ pub async fn campaign(
     .await?;
     match end {
         ClaimEnd::Won(won) => {
-            let value = won
-                .value
+            let (grant, value) = won.granted;
+            let value = value
                 .ok_or_else(|| ApiError::Internal("an election was won without a value".into()))?;
-            Ok(elected_answer(won.grant, &value, won.replayed))
+            Ok(elected_answer(grant, &value, won.replayed))
         }
-        ClaimEnd::Held { .. } | ClaimEnd::NotGranted => Err(not_elected(&state, &name)),
+        ClaimEnd::Held(_) | ClaimEnd::NotGranted => Err(not_elected(&state, &name)),
     }
 }
 

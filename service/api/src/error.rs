@@ -61,9 +61,16 @@ pub struct Problem {
     pub oldest_revision: Option<u64>,
     /// The cap that was reached (`quota_exceeded`): leases, holdings, waiters or
     /// idempotency keys per principal, leases in the cluster, watch streams, or
-    /// requests per second.
+    /// requests per second. A semaphore's limit (`semaphore_full`,
+    /// `limit_mismatch`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u64>,
+    /// Permits out (`semaphore_full`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_use: Option<u64>,
+    /// The lock that blocks a multi-acquire (`lock_held` from `POST /v1/locks:acquire`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// Answers of 500 `internal` since this process started (`/metrics`).
@@ -271,6 +278,27 @@ impl ApiError {
                     "internal",
                     "Internal error",
                 ),
+                C::LimitMismatch { .. } => {
+                    map(StatusCode::CONFLICT, "limit_mismatch", "Limit mismatch")
+                }
+                C::InvalidLimit { .. } => {
+                    map(StatusCode::BAD_REQUEST, "invalid_limit", "Invalid limit")
+                }
+                C::InvalidPermits { .. } => map(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_permits",
+                    "Invalid permits",
+                ),
+                C::InvalidLockList { .. } => map(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_lock_list",
+                    "Invalid list of locks",
+                ),
+                C::SemaphoreFull { .. } => {
+                    map(StatusCode::CONFLICT, "semaphore_full", "Semaphore is full")
+                }
+                C::PermitsLost => map(StatusCode::CONFLICT, "permits_lost", "Permits lost"),
+                C::LocksHeld { .. } => map(StatusCode::CONFLICT, "lock_held", "Lock is held"),
             },
             ApiError::Raft(raft) => match raft {
                 RaftLayerError::NotLeader { .. } | RaftLayerError::Unavailable { .. } => map(
@@ -361,6 +389,22 @@ impl ApiError {
             }
             ApiError::Core(CoreError::QuotaReached { limit, .. }) => {
                 problem.limit = Some(*limit);
+            }
+            ApiError::Core(CoreError::LocksHeld {
+                name,
+                holder,
+                token,
+            }) => {
+                problem.name = Some(name.clone());
+                problem.holder = holder.clone();
+                problem.token = *token;
+            }
+            ApiError::Core(CoreError::SemaphoreFull { in_use, limit, .. }) => {
+                problem.in_use = Some(*in_use);
+                problem.limit = Some(u64::from(*limit));
+            }
+            ApiError::Core(CoreError::LimitMismatch { limit }) => {
+                problem.limit = Some(u64::from(*limit));
             }
             ApiError::Watch(WatchError::TooManyWatchers { limit, .. }) => {
                 problem.limit = Some(*limit as u64);

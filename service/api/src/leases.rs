@@ -64,6 +64,8 @@ pub struct LeaseInfo {
     pub names: Vec<String>,
     /// Elections led.
     pub elections: Vec<String>,
+    /// Semaphores it holds permits of.
+    pub semaphores: Vec<String>,
 }
 
 /// What a revoked lease released.
@@ -75,6 +77,8 @@ pub struct ReleasedSet {
     pub names: Vec<String>,
     /// Elections stepped down from.
     pub elections: Vec<String>,
+    /// Semaphores whose permits were given back.
+    pub semaphores: Vec<String>,
 }
 
 /// A revoked lease.
@@ -187,6 +191,7 @@ pub async fn get(
         locks: view.locks,
         names: view.names,
         elections: view.elections,
+        semaphores: view.semaphores,
     };
     Ok(Answer::ok(info, revision).into_response())
 }
@@ -214,6 +219,7 @@ pub async fn revoke(
             locks: released.locks,
             names: released.names,
             elections: released.elections,
+            semaphores: released.semaphores,
         },
     };
     let answer = Answer::ok(body, done.revision).replay(done.replayed);

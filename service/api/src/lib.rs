@@ -16,11 +16,15 @@
 //!   `Idempotency-Key`, read consistency, paging.
 //! - [`respond`]: proposing commands as the caller, each with its typed reply
 //!   accessor, and success answers with their headers.
-//! - [`claim`]: the one skeleton of `:acquire` and `:campaign`: propose, wait in line,
+//! - [`claim`]: the one skeleton of every request that may wait in line (`:acquire`
+//!   of a lock, several locks or a semaphore, `:campaign`): propose, wait in line,
 //!   and reduce every end to granted, held or not granted.
 //! - [`error`]: the one table from errors to HTTP status, stable code and problem body.
 //! - [`paging`]: the one paging handler of the list endpoints ([`paging::list_page`]).
-//! - [`locks`]: `/v1/locks`: acquire (with FIFO wait), renew, release, validate, inspect, list.
+//! - [`locks`]: `/v1/locks`: acquire exclusive or shared (with FIFO wait), renew,
+//!   release, validate, inspect, list.
+//! - [`multi_acquire`]: `POST /v1/locks:acquire`, several locks together or none.
+//! - [`semaphores`]: `/v1/semaphores`: counting semaphores.
 //! - [`leases`]: `/v1/leases`: create, keep alive, inspect, revoke.
 //! - [`elections`]: `/v1/elections`: campaign (with FIFO wait), proclaim, resign, inspect.
 //! - [`names`]: `/v1/names`: the cluster-unique name registry.
@@ -47,6 +51,7 @@ pub mod force_release;
 pub mod leases;
 pub mod locks;
 pub mod members;
+pub mod multi_acquire;
 pub mod names;
 pub mod openapi;
 pub mod paging;
@@ -54,6 +59,7 @@ pub mod rate_limit;
 pub mod request;
 pub mod respond;
 mod routes;
+pub mod semaphores;
 mod spec_examples;
 mod spec_rules;
 mod state;

@@ -2,13 +2,15 @@
 
 use actix_web::web;
 use actix_web::{HttpRequest, HttpResponse};
-use baton_core::{Command, CoreError, Grant, LockView, Reply, StateMachine};
+use baton_core::{
+    Command, CoreError, Grant, HolderView, LockMode, LockRequest, LockView, Reply, StateMachine,
+};
 use baton_raft::QueueKind;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::auth::{Caller, Kind};
-use crate::claim::{claim, ClaimEnd, ClaimTerms};
+use crate::claim::{claim, ClaimEnd, ClaimTerms, Several, Single};
 use crate::error::{ApiError, Problem};
 use crate::paging::list_page;
 use crate::request::{
@@ -38,6 +40,40 @@ pub struct AcquireBody {
     /// After this grant's lease *expires*, keep the lock ungrantable this long.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lock_delay_ms: Option<u64>,
+    /// `exclusive` (the default: one holder, a writer) or `shared` (any number
+    /// of shared holders, readers). A queued exclusive request blocks later
+    /// shared ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+}
+
+/// How a lock is held.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// One holder at a time.
+    #[default]
+    Exclusive,
+    /// Any number of shared holders at a time, and no exclusive one.
+    Shared,
+}
+
+impl From<Mode> for LockMode {
+    fn from(mode: Mode) -> Self {
+        match mode {
+            Mode::Exclusive => LockMode::Exclusive,
+            Mode::Shared => LockMode::Shared,
+        }
+    }
+}
+
+impl From<LockMode> for Mode {
+    fn from(mode: LockMode) -> Self {
+        match mode {
+            LockMode::Exclusive => Mode::Exclusive,
+            LockMode::Shared => Mode::Shared,
+        }
+    }
 }
 
 /// A lock grant.
@@ -55,6 +91,8 @@ pub struct LockGrant {
     pub holder: String,
     /// Revision of the grant.
     pub revision: u64,
+    /// How this lease holds it (an earlier grant to the same lease keeps its mode).
+    pub mode: Mode,
 }
 
 /// Body of `:renew` and `:release`.
@@ -111,12 +149,16 @@ pub struct LockInfo {
     pub name: String,
     /// Whether someone holds it.
     pub held: bool,
-    /// Holder identity.
+    /// Holder identity (the first holder's, when shared).
     pub holder: Option<String>,
-    /// Holder's fencing token.
+    /// Holder's fencing token (the first holder's, when shared).
     pub token: Option<u64>,
-    /// Revision since which the holder holds it.
+    /// Revision since which the holder holds it (the first holder, when shared).
     pub since_revision: Option<u64>,
+    /// How it is held now; null when free.
+    pub mode: Option<Mode>,
+    /// Every holder, in grant order: one when exclusive, any number when shared.
+    pub holders: Vec<HolderInfo>,
     /// Requests waiting in the queue.
     pub waiters: usize,
     /// Who waits, in line order: the first 32 waiters' holder identities.
@@ -127,6 +169,30 @@ pub struct LockInfo {
     pub delay_until_ms: Option<u64>,
 }
 
+/// One holder of a lock.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct HolderInfo {
+    /// Holder identity.
+    pub holder: String,
+    /// Its fencing token.
+    pub token: u64,
+    /// Exclusive or shared.
+    pub mode: Mode,
+    /// Revision since which it holds the lock.
+    pub since_revision: u64,
+}
+
+impl From<HolderView> for HolderInfo {
+    fn from(view: HolderView) -> Self {
+        HolderInfo {
+            holder: view.holder,
+            token: view.token,
+            mode: view.mode.into(),
+            since_revision: view.since_revision,
+        }
+    }
+}
+
 impl From<LockView> for LockInfo {
     fn from(view: LockView) -> Self {
         LockInfo {
@@ -135,6 +201,8 @@ impl From<LockView> for LockInfo {
             holder: view.holder,
             token: view.token,
             since_revision: view.since_revision,
+            mode: view.mode.map(Mode::from),
+            holders: view.holders.into_iter().map(HolderInfo::from).collect(),
             waiters: view.waiters,
             queue: view.queue,
             delay_until_ms: view.delay_until_ms,
@@ -151,7 +219,7 @@ pub struct LockPage {
     pub next_page_token: Option<String>,
 }
 
-fn grant_answer(grant: Grant, revision: u64, replayed: bool) -> HttpResponse {
+fn grant_answer(grant: Grant, mode: LockMode, revision: u64, replayed: bool) -> HttpResponse {
     let token = grant.token;
     let body = LockGrant {
         name: grant.name,
@@ -160,6 +228,7 @@ fn grant_answer(grant: Grant, revision: u64, replayed: bool) -> HttpResponse {
         ttl_ms: grant.ttl_ms,
         holder: grant.holder,
         revision,
+        mode: mode.into(),
     };
     let answer = Answer::ok(body, revision)
         .with_token(token)
@@ -213,19 +282,63 @@ pub async fn acquire(
         wait_ms: input.wait_ms,
     };
     let queue = QueueKind::Lock(name.clone());
-    let end = claim(&state, &http, &body, queue, terms, |lease, waiter| {
+    let lock_delay_ms = input.lock_delay_ms.unwrap_or(0);
+    if input.mode.unwrap_or_default() == Mode::Shared {
+        // A shared acquire is a multi-acquire of one lock (`Command::Acquire`,
+        // exclusive, is what builds before shared locks understand).
+        let locks = vec![LockRequest {
+            name: name.clone(),
+            mode: LockMode::Shared,
+        }];
+        let end = claim::<Several>(&state, &http, &body, queue, terms, |lease, waiter| {
+            Command::AcquireLocks {
+                locks,
+                lease,
+                holder: input.holder.clone(),
+                waiter,
+                lock_delay_ms,
+            }
+        })
+        .await?;
+        return match end {
+            ClaimEnd::Won(won) => {
+                let held = won.granted.into_iter().next().ok_or_else(|| {
+                    ApiError::Internal("a shared acquire was granted no lock".into())
+                })?;
+                Ok(grant_answer(
+                    held.grant,
+                    held.mode,
+                    won.revision,
+                    won.replayed,
+                ))
+            }
+            ClaimEnd::Held((_, holder, token)) => {
+                Err(ApiError::Core(CoreError::LockHeld { holder, token }))
+            }
+            ClaimEnd::NotGranted => Err(current_holder(&state, &name)),
+        };
+    }
+    let end = claim::<Single>(&state, &http, &body, queue, terms, |lease, waiter| {
         Command::Acquire {
             name: name.clone(),
             lease,
             holder: input.holder.clone(),
             waiter,
-            lock_delay_ms: input.lock_delay_ms.unwrap_or(0),
+            lock_delay_ms,
         }
     })
     .await?;
     match end {
-        ClaimEnd::Won(won) => Ok(grant_answer(won.grant, won.revision, won.replayed)),
-        ClaimEnd::Held { holder, token } => {
+        ClaimEnd::Won(won) => {
+            let (grant, _) = won.granted;
+            Ok(grant_answer(
+                grant,
+                LockMode::Exclusive,
+                won.revision,
+                won.replayed,
+            ))
+        }
+        ClaimEnd::Held((holder, token)) => {
             Err(ApiError::Core(CoreError::LockHeld { holder, token }))
         }
         ClaimEnd::NotGranted => Err(current_holder(&state, &name)),

@@ -2,19 +2,24 @@
 
 use utoipa::OpenApi;
 
-use crate::{cluster, docs, elections, error, force_release, leases, locks, members, names, watch};
+use crate::{
+    cluster, docs, elections, error, force_release, leases, locks, members, multi_acquire, names,
+    semaphores, watch,
+};
 
 /// Baton's API description (`GET /openapi.json`, committed as `openapi/baton.json`).
 #[derive(OpenApi)]
 #[openapi(
     info(
         title = "Baton",
-        description = "A replicated lock-and-lease service: named locks with fencing tokens, leases, leader elections and cluster-unique names over HTTP/JSON. Errors are application/problem+json with a stable `code`. Every response carries `Baton-Revision`; grants also carry `Baton-Fencing-Token`.",
+        description = "A replicated lock-and-lease service: named locks (exclusive or shared, one or several at once) with fencing tokens, counting semaphores, leases, leader elections and cluster-unique names over HTTP/JSON. Errors are application/problem+json with a stable `code`. Every response carries `Baton-Revision`; grants also carry `Baton-Fencing-Token`.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
     paths(
         leases::create, leases::keepalive, leases::get, leases::revoke,
         locks::acquire, locks::renew, locks::release, locks::validate, locks::get, locks::list,
+        multi_acquire::acquire_all,
+        semaphores::acquire, semaphores::renew, semaphores::release, semaphores::get, semaphores::list,
         force_release::lock, force_release::election, force_release::name,
         elections::campaign, elections::proclaim, elections::resign, elections::get,
         watch::observe, watch::watch,
@@ -25,7 +30,8 @@ use crate::{cluster, docs, elections, error, force_release, leases, locks, membe
     components(schemas(error::Problem)),
     tags(
         (name = "leases", description = "Liveness: everything on a lease goes when it expires or is revoked"),
-        (name = "locks", description = "Exclusive locks with a FIFO queue and fencing tokens"),
+        (name = "locks", description = "Exclusive and shared locks with a FIFO queue and fencing tokens; several at once, all or none"),
+        (name = "semaphores", description = "Counting semaphores: at most `limit` permits out, FIFO without overtaking, a fencing token per holding"),
         (name = "elections", description = "One leader per name, with a published value"),
         (name = "names", description = "Cluster-unique name registry"),
         (name = "watch", description = "Server-Sent Events streams of state changes, resumable by revision"),

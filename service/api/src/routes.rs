@@ -11,7 +11,10 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::respond::REVISION_HEADER;
 use crate::state::ApiState;
-use crate::{cluster, docs, elections, force_release, leases, locks, members, names, watch};
+use crate::{
+    cluster, docs, elections, force_release, leases, locks, members, multi_acquire, names,
+    semaphores, watch,
+};
 
 async fn no_route(request: HttpRequest) -> Result<HttpResponse, ApiError> {
     // The path as the router matched it (percent-decoded where actix decodes),
@@ -141,6 +144,7 @@ pub fn route_table() -> Vec<RouteEntry> {
         GET "" "/openapi.json" => docs::openapi,
         GET "" "/docs" => docs::docs,
         GET "" "/ui" => docs::ui,
+        POST "" "/v1/locks:acquire" => multi_acquire::acquire_all,
         GET "/v1/locks" "" => locks::list,
         POST "/v1/locks" "/{name:[^:]+}:acquire" => locks::acquire,
         POST "/v1/locks" "/{name:[^:]+}:release" => locks::release,
@@ -148,6 +152,11 @@ pub fn route_table() -> Vec<RouteEntry> {
         POST "/v1/locks" "/{name:[^:]+}:validate" => locks::validate,
         POST "/v1/locks" "/{name:[^:]+}:revoke" => force_release::lock,
         GET "/v1/locks" "/{name:[^:]+}" => locks::get,
+        GET "/v1/semaphores" "" => semaphores::list,
+        POST "/v1/semaphores" "/{name:[^:]+}:acquire" => semaphores::acquire,
+        POST "/v1/semaphores" "/{name:[^:]+}:release" => semaphores::release,
+        POST "/v1/semaphores" "/{name:[^:]+}:renew" => semaphores::renew,
+        GET "/v1/semaphores" "/{name:[^:]+}" => semaphores::get,
         POST "/v1/leases" "" => leases::create,
         POST "/v1/leases" "/{lease_id}:keepalive" => leases::keepalive,
         GET "/v1/leases" "/{lease_id}" => leases::get,

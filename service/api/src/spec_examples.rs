@@ -13,9 +13,15 @@ use crate::elections::{Elected, ElectionInfo, LeaderInfo, Proclaimed, Resigned};
 use crate::error::ApiError;
 use crate::force_release::ForceReleased;
 use crate::leases::{LeaseCreated, LeaseInfo, LeaseKeptAlive, LeaseRevoked, ReleasedSet};
-use crate::locks::{LockGrant, LockInfo, LockPage, LockReleased, LockRenewed, Validation};
+use crate::locks::{
+    HolderInfo, LockGrant, LockInfo, LockPage, LockReleased, LockRenewed, Mode, Validation,
+};
 use crate::members::MembershipChanged;
+use crate::multi_acquire::{GrantedLock, LocksGranted};
 use crate::names::{NameInfo, NamePage, Registered, Unregistered};
+use crate::semaphores::{
+    PermitHolder, PermitsGranted, PermitsRenewed, QueuedPermits, SemaphoreInfo, SemaphorePage,
+};
 
 const LEASE: &str = "k3v7q2m4x6zd5r8a1b9c0e2f4g";
 
@@ -30,9 +36,43 @@ fn lock_info() -> LockInfo {
         holder: Some("migrator-1".into()),
         token: Some(42),
         since_revision: Some(42),
+        mode: Some(Mode::Exclusive),
+        holders: vec![HolderInfo {
+            holder: "migrator-1".into(),
+            token: 42,
+            mode: Mode::Exclusive,
+            since_revision: 42,
+        }],
         waiters: 1,
         queue: vec!["migrator-2".into()],
         delay_until_ms: None,
+    }
+}
+
+fn semaphore_info() -> SemaphoreInfo {
+    SemaphoreInfo {
+        name: "render-farm".into(),
+        limit: Some(8),
+        in_use: 8,
+        holders: vec![
+            PermitHolder {
+                holder: "render-1".into(),
+                token: 70,
+                permits: 5,
+                since_revision: 70,
+            },
+            PermitHolder {
+                holder: "render-2".into(),
+                token: 73,
+                permits: 3,
+                since_revision: 73,
+            },
+        ],
+        waiters: 1,
+        queue: vec![QueuedPermits {
+            holder: "render-3".into(),
+            permits: 2,
+        }],
     }
 }
 
@@ -107,6 +147,7 @@ pub(crate) fn by_schema() -> Vec<(&'static str, Value)> {
                 locks: vec!["team-a/db/migrate".into()],
                 names: vec![],
                 elections: vec![],
+                semaphores: vec![],
             }),
         ),
         (
@@ -117,6 +158,7 @@ pub(crate) fn by_schema() -> Vec<(&'static str, Value)> {
                     locks: vec!["team-a/db/migrate".into()],
                     names: vec![],
                     elections: vec![],
+                    semaphores: vec![],
                 },
             }),
         ),
@@ -129,6 +171,62 @@ pub(crate) fn by_schema() -> Vec<(&'static str, Value)> {
                 ttl_ms: 15_000,
                 holder: "migrator-1".into(),
                 revision: 42,
+                mode: Mode::Exclusive,
+            }),
+        ),
+        (
+            "LocksGranted",
+            to_value(LocksGranted {
+                locks: vec![
+                    GrantedLock {
+                        name: "accounts/42".into(),
+                        token: 81,
+                        mode: Mode::Exclusive,
+                    },
+                    GrantedLock {
+                        name: "accounts/7".into(),
+                        token: 82,
+                        mode: Mode::Exclusive,
+                    },
+                    GrantedLock {
+                        name: "config/rates".into(),
+                        token: 83,
+                        mode: Mode::Shared,
+                    },
+                ],
+                lease_id: LEASE.into(),
+                ttl_ms: 15_000,
+                holder: "transfer-9".into(),
+                revision: 83,
+            }),
+        ),
+        (
+            "PermitsGranted",
+            to_value(PermitsGranted {
+                name: "render-farm".into(),
+                token: 73,
+                permits: 3,
+                limit: 8,
+                lease_id: LEASE.into(),
+                ttl_ms: 15_000,
+                holder: "render-2".into(),
+                revision: 73,
+            }),
+        ),
+        (
+            "PermitsRenewed",
+            to_value(PermitsRenewed {
+                name: "render-farm".into(),
+                token: 73,
+                ttl_ms: 15_000,
+            }),
+        ),
+        ("SemaphoreInfo", to_value(semaphore_info())),
+        (
+            "SemaphorePage",
+            to_value(SemaphorePage {
+                items: vec![semaphore_info()],
+                next_page_token: None,
             }),
         ),
         (
@@ -277,6 +375,24 @@ pub(crate) fn problem(code: &str) -> Option<ApiError> {
         }),
         ApiError::Core(CoreError::NotOwner),
         ApiError::Core(CoreError::TokenMismatch { current_token: 57 }),
+        ApiError::Core(CoreError::LimitMismatch { limit: 8 }),
+        ApiError::Core(CoreError::InvalidLimit {
+            limit: 0,
+            max: baton_core::MAX_SEMAPHORE_LIMIT,
+        }),
+        ApiError::Core(CoreError::InvalidPermits {
+            permits: 9,
+            limit: 8,
+        }),
+        ApiError::Core(CoreError::InvalidLockList {
+            reason: "'accounts/7' is named twice".into(),
+        }),
+        ApiError::Core(CoreError::SemaphoreFull {
+            in_use: 8,
+            limit: 8,
+            waiters: 2,
+        }),
+        ApiError::Core(CoreError::PermitsLost),
         ApiError::Core(CoreError::QuotaReached {
             what: "a principal owns at most 100000 leases".into(),
             limit: 100_000,

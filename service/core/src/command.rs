@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{LeaseId, WaiterId};
 use crate::limits::Limits;
 use crate::quota::Quota;
+use crate::slot::LockMode;
 
 /// One Raft log entry's worth of work: many client requests sharing one fsync.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -63,6 +64,15 @@ pub enum LeaseRef {
         /// Requested TTL.
         ttl_ms: u64,
     },
+}
+
+/// One lock of a multi-acquire, and how it is to be held.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockRequest {
+    /// Lock name.
+    pub name: String,
+    /// Exclusive or shared.
+    pub mode: LockMode,
 }
 
 impl LeaseRef {
@@ -237,6 +247,53 @@ pub enum Command {
         /// The term whose leader's clock decided the expiry.
         term: u64,
     },
+    /// Acquire several locks, each exclusive or shared, all together or none,
+    /// or queue for all of them (one lock in shared mode is a list of one).
+    /// Added last, so that older logs decode unchanged; an exclusive acquire of
+    /// one lock is still [`Command::Acquire`].
+    AcquireLocks {
+        /// The locks, in the order the answer lists them (distinct names).
+        locks: Vec<LockRequest>,
+        /// The lease every grant hangs on.
+        lease: LeaseRef,
+        /// Who holds them; defaults to the lease's holder.
+        holder: Option<String>,
+        /// `Some` to queue when any of them cannot be granted; `None` to fail at once.
+        waiter: Option<WaiterId>,
+        /// How long each lock stays ungrantable after this lease expires.
+        lock_delay_ms: u64,
+    },
+    /// Take `permits` of semaphore `name`, or queue for them. Added last.
+    AcquirePermits {
+        /// Semaphore name.
+        name: String,
+        /// The lease the permits hang on.
+        lease: LeaseRef,
+        /// Who holds them; defaults to the lease's holder.
+        holder: Option<String>,
+        /// The semaphore's limit as the caller knows it (the first acquirer's stands).
+        limit: u32,
+        /// Permits to take, 1..=limit.
+        permits: u32,
+        /// `Some` to queue when not enough are free; `None` to fail at once.
+        waiter: Option<WaiterId>,
+    },
+    /// Give back permits of a semaphore. Added last.
+    ReleasePermits {
+        /// Semaphore name.
+        name: String,
+        /// The holder's lease.
+        lease_id: LeaseId,
+        /// The holder's fencing token.
+        token: u64,
+    },
+    /// Leave a semaphore's queue. Added last.
+    CancelPermitWait {
+        /// Semaphore name.
+        name: String,
+        /// The queued request.
+        waiter: WaiterId,
+    },
 }
 
 impl Command {
@@ -248,7 +305,9 @@ impl Command {
             } => Some((*lease_id, *ttl_ms)),
             Command::Acquire { lease, .. }
             | Command::Campaign { lease, .. }
-            | Command::Register { lease, .. } => match lease {
+            | Command::Register { lease, .. }
+            | Command::AcquireLocks { lease, .. }
+            | Command::AcquirePermits { lease, .. } => match lease {
                 LeaseRef::New { lease_id, ttl_ms } => Some((*lease_id, *ttl_ms)),
                 LeaseRef::Existing(_) => None,
             },
@@ -267,10 +326,13 @@ impl Command {
             | Command::Release { lease_id, .. }
             | Command::Proclaim { lease_id, .. }
             | Command::Resign { lease_id, .. }
-            | Command::Unregister { lease_id, .. } => Some(*lease_id),
+            | Command::Unregister { lease_id, .. }
+            | Command::ReleasePermits { lease_id, .. } => Some(*lease_id),
             Command::Acquire { lease, .. }
             | Command::Campaign { lease, .. }
-            | Command::Register { lease, .. } => match lease {
+            | Command::Register { lease, .. }
+            | Command::AcquireLocks { lease, .. }
+            | Command::AcquirePermits { lease, .. } => match lease {
                 LeaseRef::Existing(id) => Some(*id),
                 LeaseRef::New { .. } => None,
             },
@@ -281,18 +343,20 @@ impl Command {
         }
     }
 
-    /// Whether this command adds a holding (a held lock, a leadership or a
-    /// name), and whether it may queue instead: `(holds, may_wait)`.
-    pub fn adds_holding(&self) -> (bool, bool) {
+    /// How many holdings (held locks, leaderships, names, semaphore holdings)
+    /// this command adds, and whether it may queue for them instead:
+    /// `(holdings, may_wait)`.
+    pub fn adds_holdings(&self) -> (u64, bool) {
         match self {
-            Command::Acquire { waiter, .. } | Command::Campaign { waiter, .. } => {
-                (true, waiter.is_some())
-            }
-            Command::Register { .. } => (true, false),
+            Command::Acquire { waiter, .. }
+            | Command::Campaign { waiter, .. }
+            | Command::AcquirePermits { waiter, .. } => (1, waiter.is_some()),
+            Command::AcquireLocks { locks, waiter, .. } => (locks.len() as u64, waiter.is_some()),
+            Command::Register { .. } => (1, false),
             Command::AsPrincipal { command, .. } | Command::Within { command, .. } => {
-                command.adds_holding()
+                command.adds_holdings()
             }
-            _ => (false, false),
+            _ => (0, false),
         }
     }
 

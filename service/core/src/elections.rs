@@ -60,7 +60,7 @@ impl StateMachine {
         if let Some(holding) = self
             .elections
             .get_mut(name)
-            .and_then(|s| s.holding.as_mut())
+            .and_then(|s| s.holders.first_mut())
         {
             holding.value = value.to_owned();
             holding.modified_revision = revision;
@@ -103,7 +103,11 @@ impl StateMachine {
         reason: EndReason,
         events: &mut Vec<Event>,
     ) {
-        let Some(holding) = self.elections.get_mut(name).and_then(|s| s.holding.take()) else {
+        let Some(holding) = self
+            .elections
+            .get_mut(name)
+            .and_then(|s| (!s.holders.is_empty()).then(|| s.holders.remove(0)))
+        else {
             return;
         };
         self.emit(

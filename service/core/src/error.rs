@@ -132,4 +132,58 @@ pub enum CoreError {
         /// The term of the entry that carried it.
         written_in: u64,
     },
+    /// A semaphore acquire stated another limit than the one that stands (set
+    /// by its first acquirer while anyone holds or waits). Added last.
+    #[error("the semaphore's limit is {limit}")]
+    LimitMismatch {
+        /// The limit that stands.
+        limit: u32,
+    },
+    /// A semaphore limit of 0 or above the maximum. Added last.
+    #[error("limit must be between 1 and {max}, got {limit}")]
+    InvalidLimit {
+        /// Requested.
+        limit: u32,
+        /// Upper bound.
+        max: u32,
+    },
+    /// Permits of 0 or more than the limit. Added last.
+    #[error("permits must be between 1 and the limit {limit}, got {permits}")]
+    InvalidPermits {
+        /// Requested.
+        permits: u32,
+        /// The limit.
+        limit: u32,
+    },
+    /// A multi-acquire's list of locks is empty, too long, or names a lock twice.
+    /// Added last.
+    #[error("invalid list of locks: {reason}")]
+    InvalidLockList {
+        /// Which rule.
+        reason: String,
+    },
+    /// Not enough permits are free (or others wait first). Added last.
+    #[error("the semaphore has {in_use} of {limit} permits out and {waiters} requests waiting")]
+    SemaphoreFull {
+        /// Permits out.
+        in_use: u64,
+        /// The limit.
+        limit: u32,
+        /// Requests in line.
+        waiters: u64,
+    },
+    /// The (lease, token) pair holds no permits of this semaphore. Added last.
+    #[error("permits lost: the token is not a current holder's")]
+    PermitsLost,
+    /// A lock of a multi-acquire is held by someone else (or waited for first,
+    /// or in lock delay, or held by the same lease alone). Added last.
+    #[error("lock '{name}' is held")]
+    LocksHeld {
+        /// The first lock that blocks.
+        name: String,
+        /// Its first holder, `None` while it is free but in lock delay or queued for.
+        holder: Option<String>,
+        /// That holder's token.
+        token: Option<u64>,
+    },
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::CoreError;
+use crate::ids::LeaseId;
 use crate::lease::Attachment;
 use crate::machine::StateMachine;
 use crate::name::validate_name;
@@ -28,8 +29,9 @@ impl StateMachine {
     /// Ends the current holding of `name` as if its lease had expired for this
     /// holding alone: the lease lives on with its other holdings, a lock keeps
     /// its holder's lock delay (the holder may still be running), and the next
-    /// in line is granted. `expected_token`, when given, must be the current
-    /// holder's, so that an admin never ends a successor's holding by mistake.
+    /// in line is granted. `expected_token`, when given, must be a current
+    /// holder's, so that an admin never ends a successor's holding by mistake; a
+    /// shared lock without one loses every holder (the answer names the first).
     pub(crate) fn force_release(
         &mut self,
         kind: HoldingKind,
@@ -38,46 +40,57 @@ impl StateMachine {
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
         validate_name(name)?;
-        let slot = |slots: &BTreeMap<String, Box<Slot>>| {
-            let holding = slots.get(name)?.holding.as_ref()?;
-            Some((
-                holding.lease_id,
-                holding.token,
-                holding.holder(&self.leases),
-            ))
+        let holders = |slots: &BTreeMap<String, Box<Slot>>| -> Vec<(LeaseId, u64, String)> {
+            slots.get(name).map_or_else(Vec::new, |slot| {
+                slot.holders
+                    .iter()
+                    .map(|h| (h.lease_id, h.token, h.holder(&self.leases)))
+                    .collect()
+            })
         };
         let current = match kind {
-            HoldingKind::Lock => slot(&self.locks),
-            HoldingKind::Election => slot(&self.elections),
+            HoldingKind::Lock => holders(&self.locks),
+            HoldingKind::Election => holders(&self.elections),
             HoldingKind::Name => self
                 .names
                 .get(name)
-                .map(|entry| (entry.lease_id, entry.token, entry.holder.clone())),
+                .map(|entry| (entry.lease_id, entry.token, entry.holder.clone()))
+                .into_iter()
+                .collect(),
         };
-        let Some((lease_id, token, holder)) = current else {
+        let Some(newest) = current.iter().map(|(_, token, _)| *token).max() else {
             return Err(CoreError::NotFound);
         };
-        if expected_token.is_some_and(|expected| expected != token) {
-            return Err(CoreError::TokenMismatch {
-                current_token: token,
-            });
-        }
-        let reason = EndReason::ForceReleased;
-        let attachment = match kind {
-            HoldingKind::Lock => {
-                self.end_lock_holding(name, reason, events);
-                Attachment::Lock(name.to_owned())
-            }
-            HoldingKind::Election => {
-                self.end_leadership(name, reason, events);
-                Attachment::Leader(name.to_owned())
-            }
-            HoldingKind::Name => {
-                self.end_registration(name, reason, events);
-                Attachment::Name(name.to_owned())
-            }
+        let ended: Vec<_> = match expected_token {
+            Some(expected) => current
+                .into_iter()
+                .filter(|(_, token, _)| *token == expected)
+                .collect(),
+            None => current,
         };
-        self.detach(lease_id, &attachment, events);
+        let Some((_, token, holder)) = ended.first().cloned() else {
+            return Err(CoreError::TokenMismatch {
+                current_token: newest,
+            });
+        };
+        let reason = EndReason::ForceReleased;
+        for (lease_id, _, _) in ended {
+            let attachment = match kind {
+                HoldingKind::Lock => {
+                    self.end_lock_holding(name, lease_id, reason, events);
+                    Attachment::Lock(name.to_owned())
+                }
+                HoldingKind::Election => {
+                    self.end_leadership(name, reason, events);
+                    Attachment::Leader(name.to_owned())
+                }
+                HoldingKind::Name => {
+                    self.end_registration(name, reason, events);
+                    Attachment::Name(name.to_owned())
+                }
+            };
+            self.detach(lease_id, &attachment, events);
+        }
         Ok(Reply::ForceReleased(ForceReleased { token, holder }))
     }
 }

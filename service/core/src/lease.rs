@@ -23,6 +23,20 @@ pub(crate) enum Attachment {
     Leader(String),
     /// Waits in this election's candidate queue.
     Candidacy(String, WaiterId),
+    /// Holds permits of this semaphore. Added last (snapshots store attachments).
+    Permits(String),
+    /// Waits in this semaphore's queue. Added last.
+    PermitWait(String, WaiterId),
+}
+
+impl Attachment {
+    /// Whether it is a place in a queue rather than a holding.
+    pub fn is_wait(&self) -> bool {
+        matches!(
+            self,
+            Attachment::LockWait(..) | Attachment::Candidacy(..) | Attachment::PermitWait(..)
+        )
+    }
 }
 
 /// A lease as the state machine keeps it. The deadline is not here: it lives in the

@@ -57,11 +57,12 @@ impl StateMachine {
             return Err(CoreError::LeaseNotFound);
         }
         let released = self.end_lease(lease_id, reason, events);
-        Ok(Reply::LeaseEnded { released })
+        Ok(Reply::LeaseClosed(released))
     }
 
-    /// Removes a lease and, in the same step, everything attached to it. Its queued
-    /// requests leave their queues first, so no handoff below can pick them.
+    /// Removes a lease and, in the same step, everything attached to it. Its
+    /// queued requests leave every line first, and only then is anything handed
+    /// on, so no hand-off below can pick a request of the lease that is ending.
     pub(crate) fn end_lease(
         &mut self,
         lease_id: LeaseId,
@@ -81,20 +82,22 @@ impl StateMachine {
             },
         );
         let mut released = Released::default();
-        let (waits, holdings): (Vec<_>, Vec<_>) = lease
-            .attachments
-            .into_iter()
-            .partition(|a| matches!(a, Attachment::LockWait(..) | Attachment::Candidacy(..)));
-        for attachment in waits.into_iter().chain(holdings) {
+        let (waits, holdings): (Vec<_>, Vec<_>) =
+            lease.attachments.into_iter().partition(Attachment::is_wait);
+        let mut lines_left = Vec::new();
+        for attachment in waits {
+            let (kind, name, waiter) = match attachment {
+                Attachment::LockWait(name, waiter) => (SlotKind::Lock, name, waiter),
+                Attachment::Candidacy(name, waiter) => (SlotKind::Election, name, waiter),
+                Attachment::PermitWait(name, waiter) => (SlotKind::Semaphore, name, waiter),
+                _ => continue,
+            };
+            lines_left.extend(self.drop_waiter(kind, &name, waiter, reason, events));
+        }
+        for attachment in holdings {
             match attachment {
-                Attachment::LockWait(name, waiter) => {
-                    self.drop_waiter(SlotKind::Lock, &name, waiter, reason, events);
-                }
-                Attachment::Candidacy(name, waiter) => {
-                    self.drop_waiter(SlotKind::Election, &name, waiter, reason, events);
-                }
                 Attachment::Lock(name) => {
-                    self.end_lock_holding(&name, reason, events);
+                    self.end_lock_holding(&name, lease_id, reason, events);
                     released.locks.push(name);
                 }
                 Attachment::Leader(name) => {
@@ -105,11 +108,22 @@ impl StateMachine {
                     self.end_registration(&name, reason, events);
                     released.names.push(name);
                 }
+                Attachment::Permits(name) => {
+                    self.end_permits(&name, lease_id, reason, events);
+                    released.semaphores.push(name);
+                }
+                Attachment::LockWait(..)
+                | Attachment::Candidacy(..)
+                | Attachment::PermitWait(..) => {}
             }
+        }
+        for (kind, name) in lines_left {
+            self.promote_next(kind, &name, events);
         }
         released.locks.sort();
         released.names.sort();
         released.elections.sort();
+        released.semaphores.sort();
         released
     }
 }

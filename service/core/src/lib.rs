@@ -1,7 +1,8 @@
 //! # baton-core
 //!
-//! Baton's replicated state machine: leases, exclusive locks with FIFO queues and
-//! fencing tokens, elections and a cluster-unique name registry.
+//! Baton's replicated state machine: leases, exclusive and shared locks with FIFO
+//! queues and fencing tokens, atomic multi-lock acquires, counting semaphores,
+//! elections and a cluster-unique name registry.
 //!
 //! Pure and deterministic by design: no I/O, no clock reads, no async runtime.
 //! Every replica applies the same [`Batch`]es in the same order through
@@ -31,10 +32,14 @@
 //! - `reply`: the [`Reply`] itself, with one typed accessor per command
 //!   ([`Reply::into_claim`], [`Reply::into_lock_released`], ...).
 //! - `error`: [`CoreError`], why a command was refused (one stable API code each).
-//! - `queueing`: the waiting-acquire algorithm locks and elections share: hold a slot,
-//!   queue for it in FIFO order, hand it to the head of the line.
-//! - `slot`: the single-holder slot with its FIFO queue that both are made of.
+//! - `queueing`: the waiting-acquire algorithm locks, elections and semaphores share:
+//!   hold a slot beside compatible holders, queue for it in FIFO order, hand it on to
+//!   everyone at the head of the line who may hold together.
+//! - `slot`: the slot with its holders and FIFO queue that all three are made of, and
+//!   who may hold beside whom ([`LockMode`], permits).
 //! - `locks`: what a lock adds: the holder label, release by token, the lock delay.
+//! - `groups`: multi-acquire, several locks granted together or not at all.
+//! - `semaphores`: what a semaphore adds: the limit its first acquirer sets, permits.
 //! - `elections`: what an election adds: the leader's published value, proclaim, resign.
 //! - `names`: the name registry, one owner per name across the cluster.
 //! - `force_release`: an admin ending another holder's holding without its lease id.
@@ -48,12 +53,14 @@
 //! - `ids`: [`LeaseId`] and [`WaiterId`], chosen by the proposer and stored verbatim.
 //! - `name`: the naming rules shared by locks, elections and registered names.
 //! - `snapshot`: the snapshot encoding (a format-version byte, then postcard).
+//! - `snapshot_legacy`: reading snapshots of formats 1 to 3 (one holder per slot).
 //! - `views`: read-only views for GET endpoints, validation and the lease clock.
 
 mod command;
 mod elections;
 mod error;
 mod force_release;
+mod groups;
 mod idempotency;
 mod ids;
 mod lease;
@@ -67,14 +74,17 @@ mod outcome;
 mod queueing;
 mod quota;
 mod reply;
+mod semaphores;
 mod slot;
 mod snapshot;
+mod snapshot_legacy;
 mod usage;
 mod views;
 
-pub use command::{Batch, Command, IdempotencyKey, LeaseRef, Request};
+pub use command::{Batch, Command, IdempotencyKey, LeaseRef, LockRequest, Request};
 pub use error::CoreError;
 pub use force_release::HoldingKind;
+pub use groups::{check_lock_list, MAX_LOCKS_PER_ACQUIRE};
 pub use idempotency::IDEMPOTENCY_RETENTION_MS;
 pub use ids::{LeaseId, MalformedLeaseId, WaiterId};
 pub use limits::Limits;
@@ -82,7 +92,15 @@ pub use machine::{ApplyContext, StateMachine};
 pub use name::{validate_name, MAX_NAME_BYTES};
 pub use outcome::{EndReason, Event, EventKind, Grant, Outcome, Released};
 pub use quota::Quota;
-pub use reply::{Claimed, ForceReleased, LeaseCreated, NameRegistered, Proclaimed, Reply};
+pub use reply::{
+    Claimed, ForceReleased, HeldLock, LeaseCreated, LocksClaimed, NameRegistered, PermitGrant,
+    PermitsClaimed, Proclaimed, Reply, StoredReleased,
+};
+pub use semaphores::MAX_SEMAPHORE_LIMIT;
+pub use slot::LockMode;
 pub use snapshot::{SnapshotError, SNAPSHOT_FORMAT};
 pub use usage::Usage;
-pub use views::{Counts, ElectionView, LeaderView, LeaseView, LockView, NameView};
+pub use views::{
+    Counts, ElectionView, HolderView, LeaderView, LeaseView, LockView, NameView, QueuedView,
+    SemaphoreView,
+};

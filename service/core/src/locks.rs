@@ -1,6 +1,8 @@
-//! Exclusive lock rules: what a lock adds to the shared waiting-acquire algorithm
+//! Lock rules: what a lock adds to the shared waiting-acquire algorithm
 //! ([`crate::queueing`]): the holder label, release by token, and the lock delay
-//! that keeps a successor out after an expiry or a force-release.
+//! that keeps a successor out after an expiry or a force-release. A lock is held
+//! by one exclusive holder or by any number of shared ones; each holding is
+//! released, renewed and expired on its own.
 
 use crate::error::CoreError;
 use crate::ids::LeaseId;
@@ -13,8 +15,8 @@ use crate::queueing::{Claim, SlotKind};
 use crate::reply::Reply;
 
 impl StateMachine {
-    /// Acquires a lock or queues for it ([`StateMachine::claim`]) after checking
-    /// what only locks have: the holder label and the lock delay.
+    /// Acquires a lock exclusively or queues for it ([`StateMachine::claim`])
+    /// after checking what only locks have: the holder label and the lock delay.
     pub(crate) fn acquire(
         &mut self,
         limits: &Limits,
@@ -33,6 +35,7 @@ impl StateMachine {
         self.claim(limits, claim, events)
     }
 
+    /// Releases the holding of `(lease_id, token)`.
     pub(crate) fn release(
         &mut self,
         name: &str,
@@ -47,19 +50,20 @@ impl StateMachine {
         let slot = self.locks.get(name);
         if !slot.is_some_and(|s| s.held_with(lease_id, token)) {
             return Err(CoreError::LockLost {
-                current_token: slot.and_then(|s| s.holding.as_ref()).map(|h| h.token),
+                current_token: slot.and_then(|s| s.newest_token()),
             });
         }
-        self.end_lock_holding(name, EndReason::Released, events);
+        self.end_lock_holding(name, lease_id, EndReason::Released, events);
         self.detach(lease_id, &Attachment::Lock(name.to_owned()), events);
         Ok(Reply::LockReleased)
     }
 
-    /// Ends the current holding (the caller detaches it from its lease), starts
-    /// the lock delay if its lease expired, and hands the lock on.
+    /// Ends the holding of `lease_id` (the caller detaches it from its lease),
+    /// starts the lock delay if its lease expired, and hands the lock on.
     pub(crate) fn end_lock_holding(
         &mut self,
         name: &str,
+        lease_id: LeaseId,
         reason: EndReason,
         events: &mut Vec<Event>,
     ) {
@@ -67,20 +71,21 @@ impl StateMachine {
         let Some(slot) = self.locks.get_mut(name) else {
             return;
         };
-        let Some(holding) = slot.holding.take() else {
+        let Some(holding) = slot.remove_holder(lease_id) else {
             return;
         };
-        let mut delayed_until = None;
         // The holder may still be running after an expiry or a force-release:
-        // the delay keeps its successor out meanwhile.
+        // the delay keeps its successors out meanwhile (a later delay of
+        // another shared holder extends it).
         let stopped_unseen = matches!(reason, EndReason::Expired | EndReason::ForceReleased);
         if stopped_unseen && holding.lock_delay_ms > 0 {
             let until = clock.saturating_add(holding.lock_delay_ms);
-            slot.delay_until_ms = Some(until);
-            delayed_until = Some(until);
-        }
-        if let Some(until) = delayed_until {
-            self.delayed.insert((until, name.to_owned()));
+            if slot.delay_until_ms.is_none_or(|current| current < until) {
+                if let Some(current) = slot.delay_until_ms.replace(until) {
+                    self.delayed.remove(&(current, name.to_owned()));
+                }
+                self.delayed.insert((until, name.to_owned()));
+            }
         }
         self.emit(
             events,
@@ -93,7 +98,7 @@ impl StateMachine {
         self.promote_next(SlotKind::Lock, name, events);
     }
 
-    /// Ends a lock delay that has passed, handing the lock to its next waiter.
+    /// Ends a lock delay that has passed, handing the lock to the waiters in line.
     fn settle_lock(&mut self, name: &str, events: &mut Vec<Event>) {
         let clock = self.clock_ms;
         let Some(slot) = self.locks.get_mut(name) else {

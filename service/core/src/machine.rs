@@ -7,8 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::{Batch, Command, LeaseRef, Request};
 use crate::error::CoreError;
+use crate::groups::{Group, GroupClaim};
 use crate::idempotency::{IdempotencyTable, Record};
-use crate::ids::LeaseId;
+use crate::ids::{LeaseId, WaiterId};
 use crate::lease::{Attachment, Lease, Leases};
 use crate::limits::Limits;
 use crate::outcome::{EndReason, Event, EventKind, Outcome};
@@ -68,8 +69,12 @@ pub struct StateMachine {
     pub(crate) cluster_id: Option<String>,
     /// The principal that created each lease, for leases created with auth on.
     /// Kept apart from [`Lease`] so that format-2 snapshots decode by appending an
-    /// empty map. Last field.
+    /// empty map.
     pub(crate) lease_owners: BTreeMap<LeaseId, String>,
+    /// Semaphores that have holders or waiters (format 4).
+    pub(crate) semaphores: BTreeMap<String, Box<Slot>>,
+    /// Multi-acquires waiting in several lock lines, by their waiter id (format 4).
+    pub(crate) groups: BTreeMap<WaiterId, Group>,
     /// What each principal holds, kept with every change (derived: not in
     /// snapshots, rebuilt on restore).
     #[serde(skip)]
@@ -241,6 +246,43 @@ impl StateMachine {
             Command::CancelWait { name, waiter } => {
                 self.cancel_waiting(SlotKind::Lock, name, *waiter, events)
             }
+            Command::AcquireLocks {
+                locks,
+                lease,
+                holder,
+                waiter,
+                lock_delay_ms,
+            } => {
+                let claim = GroupClaim {
+                    locks,
+                    lease,
+                    holder: holder.as_deref(),
+                    lock_delay_ms: *lock_delay_ms,
+                    waiter: *waiter,
+                    idempotency,
+                };
+                self.acquire_locks(limits, claim, events)
+            }
+            Command::AcquirePermits {
+                name,
+                lease,
+                holder,
+                limit,
+                permits,
+                waiter,
+            } => {
+                let claim =
+                    Claim::permits(name, lease, holder.as_deref(), *limit, *permits, *waiter);
+                self.acquire_permits(limits, claim.remembered_as(idempotency), events)
+            }
+            Command::ReleasePermits {
+                name,
+                lease_id,
+                token,
+            } => self.release_permits(name, *lease_id, *token, events),
+            Command::CancelPermitWait { name, waiter } => {
+                self.cancel_waiting(SlotKind::Semaphore, name, *waiter, events)
+            }
             Command::Campaign {
                 name,
                 lease,
@@ -354,34 +396,37 @@ impl StateMachine {
         self.revision + 1
     }
 
-    /// Checks that a holding on `lease` may be added: the lease exists (or will be
-    /// created with a valid TTL) and has room. Changes nothing.
+    /// Checks that `count` holdings (or places in line) on `lease` may be added:
+    /// the lease exists (or will be created with a valid TTL) and has room.
+    /// Changes nothing.
     pub(crate) fn check_lease_for_holding(
         &self,
         limits: &Limits,
         lease: &LeaseRef,
+        count: usize,
     ) -> Result<(), CoreError> {
-        match lease {
+        let attached = match lease {
             LeaseRef::Existing(id) => {
                 let lease = self.leases.get(id).ok_or(CoreError::LeaseNotFound)?;
-                if lease.attachments.len() >= limits.max_holdings_per_lease as usize {
-                    return Err(CoreError::QuotaExceeded {
-                        what: format!(
-                            "a lease holds at most {} locks, names, elections and waits",
-                            limits.max_holdings_per_lease
-                        ),
-                    });
-                }
-                Ok(())
+                lease.attachments.len()
             }
             LeaseRef::New { lease_id, ttl_ms } => {
                 check_ttl(limits, *ttl_ms)?;
                 if self.leases.contains_key(lease_id) {
                     return Err(CoreError::LeaseExists);
                 }
-                Ok(())
+                0
             }
+        };
+        if attached + count > limits.max_holdings_per_lease as usize {
+            return Err(CoreError::QuotaExceeded {
+                what: format!(
+                    "a lease holds at most {} locks, names, elections, permits and waits",
+                    limits.max_holdings_per_lease
+                ),
+            });
         }
+        Ok(())
     }
 
     /// Creates the lease of a [`LeaseRef::New`] (after all checks passed) and returns

@@ -64,7 +64,7 @@ impl StateMachine {
                 created: false,
             }));
         }
-        self.check_lease_for_holding(limits, lease)?;
+        self.check_lease_for_holding(limits, lease, 1)?;
         let holder = self.materialize_lease(lease, holder, events);
         let token = self.next_revision();
         let grant = Grant {

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::CoreError;
 use crate::ids::{LeaseId, WaiterId};
 use crate::reply::Reply;
+use crate::slot::LockMode;
 
 /// The result of applying one [`crate::Request`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -44,6 +45,8 @@ pub struct Released {
     pub names: Vec<String>,
     /// Elections it led or stood in.
     pub elections: Vec<String>,
+    /// Semaphores it held permits of.
+    pub semaphores: Vec<String>,
 }
 
 /// Why a holding ended.
@@ -96,6 +99,10 @@ pub enum EventKind {
         grant: Grant,
         /// The queued request that got it, if it came from the queue.
         waiter: Option<WaiterId>,
+        /// Exclusive or shared. (Outcomes travel between nodes as JSON: a node
+        /// of an older build sends none, which is exclusive.)
+        #[serde(default)]
+        mode: LockMode,
     },
     /// A request joined a lock's queue.
     LockQueued {
@@ -173,6 +180,44 @@ pub enum EventKind {
         value: String,
         /// New registration or update.
         created: bool,
+    },
+    /// Permits of a semaphore were granted.
+    SemaphoreAcquired {
+        /// The grant (token = this event's revision).
+        grant: Grant,
+        /// Permits it took.
+        permits: u32,
+        /// The semaphore's limit.
+        limit: u32,
+        /// The queued request that got them, if it came from the queue.
+        waiter: Option<WaiterId>,
+    },
+    /// A request joined a semaphore's queue.
+    SemaphoreQueued {
+        /// Semaphore name.
+        name: String,
+        /// The queued request.
+        waiter: WaiterId,
+    },
+    /// A holding of a semaphore ended and its permits were given back.
+    SemaphoreReleased {
+        /// Semaphore name.
+        name: String,
+        /// The holding's token.
+        token: u64,
+        /// The permits it gave back.
+        permits: u32,
+        /// Why.
+        reason: EndReason,
+    },
+    /// A request left a semaphore's queue without being granted.
+    SemaphoreWaitEnded {
+        /// Semaphore name.
+        name: String,
+        /// The queued request.
+        waiter: WaiterId,
+        /// Cancelled, or its lease went.
+        reason: EndReason,
     },
     /// A name was unregistered.
     NameUnregistered {

@@ -1,11 +1,19 @@
 //! The one waiting-acquire algorithm: hold a slot, or queue for it in strict FIFO
-//! order, and hand it to the head of the line when it frees up.
+//! order, and hand it on to everyone at the head of the line who may hold together.
 //!
-//! A lock and an election are the same contest: one lease holds the slot at a
-//! time, the others wait in line, a retry by the same lease gets its grant or its
-//! place back. What differs (the map the slot lives in, the replies, events and
-//! lease attachments, the election's published value, the lock's delay) is told by
-//! [`SlotKind`], so a rule fixed here is fixed for both.
+//! Locks (exclusive or shared), elections and semaphores are the same contest:
+//! holders that are compatible with each other, and a queue in arrival order. A
+//! request holds once it fits beside the holders *and* every request ahead of it
+//! in line (as if those held already), so nobody is ever passed by a later
+//! request it cannot hold beside: a queued writer blocks later readers, a head
+//! request for three permits is not passed by a later request for one. A retry by
+//! the same lease gets its grant or its place back.
+//!
+//! What differs (the map the slot lives in, the replies, events and lease
+//! attachments, the election's value, the lock's delay, a semaphore's permits) is
+//! told by [`SlotKind`], so a rule fixed here is fixed for all three. The places
+//! of a multi-acquire (one request queued on several locks at once) are granted
+//! by `groups`, which this module asks whenever such a place may hold.
 
 use std::collections::BTreeMap;
 
@@ -16,16 +24,18 @@ use crate::lease::{Attachment, Leases};
 use crate::limits::Limits;
 use crate::machine::StateMachine;
 use crate::outcome::{EndReason, Event, EventKind, Grant};
-use crate::reply::Reply;
-use crate::slot::{Holding, Slot, Waiting};
+use crate::reply::{PermitGrant, Reply};
+use crate::slot::{Holding, LockMode, Slot, Waiting};
 
 /// Which kind of slot a claim is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum SlotKind {
-    /// An exclusive lock.
+    /// A lock, exclusive or shared.
     Lock,
     /// An election: the holder leads and publishes a value.
     Election,
+    /// A counting semaphore: holders take permits of a limit.
+    Semaphore,
 }
 
 /// A request to hold a slot, or to queue for it when `waiter` is set.
@@ -36,10 +46,14 @@ pub(crate) struct Claim<'a> {
     /// The holder's label (a lock's holder, an election's candidate); `None`
     /// takes the lease's.
     pub holder: Option<&'a str>,
-    /// Published with an election's leadership; empty for a lock.
+    /// Published with an election's leadership; empty otherwise.
     pub value: &'a str,
-    /// The lock delay kept with the holding; 0 for an election.
+    /// The lock delay kept with the holding; 0 for elections and semaphores.
     pub lock_delay_ms: u64,
+    /// Permits asked for (semaphores); 1 otherwise.
+    pub permits: u32,
+    /// A semaphore's limit as this request states it; 0 otherwise.
+    pub limit: u32,
     /// Set when the request may wait in line.
     pub waiter: Option<WaiterId>,
     /// Where a queued request's final answer is remembered.
@@ -47,7 +61,7 @@ pub(crate) struct Claim<'a> {
 }
 
 impl<'a> Claim<'a> {
-    /// A claim on lock `name`.
+    /// A claim on exclusive lock `name`.
     pub fn lock(
         name: &'a str,
         lease: &'a LeaseRef,
@@ -62,6 +76,8 @@ impl<'a> Claim<'a> {
             holder,
             value: "",
             lock_delay_ms,
+            permits: 1,
+            limit: 0,
             waiter,
             idempotency: None,
         }
@@ -82,6 +98,31 @@ impl<'a> Claim<'a> {
             holder: Some(candidate),
             value,
             lock_delay_ms: 0,
+            permits: 1,
+            limit: 0,
+            waiter,
+            idempotency: None,
+        }
+    }
+
+    /// A request for `permits` of semaphore `name`, whose limit it states.
+    pub fn permits(
+        name: &'a str,
+        lease: &'a LeaseRef,
+        holder: Option<&'a str>,
+        limit: u32,
+        permits: u32,
+        waiter: Option<WaiterId>,
+    ) -> Self {
+        Claim {
+            kind: SlotKind::Semaphore,
+            name,
+            lease,
+            holder,
+            value: "",
+            lock_delay_ms: 0,
+            permits,
+            limit,
             waiter,
             idempotency: None,
         }
@@ -97,53 +138,69 @@ impl<'a> Claim<'a> {
 }
 
 /// Who takes a slot.
-struct Taker<'a> {
-    lease_id: LeaseId,
-    holder: String,
-    lock_delay_ms: u64,
-    value: &'a str,
+pub(crate) struct Taker<'a> {
+    pub lease_id: LeaseId,
+    pub holder: String,
+    pub lock_delay_ms: u64,
+    pub value: &'a str,
+    pub mode: LockMode,
+    pub permits: u32,
 }
 
 impl SlotKind {
-    fn slots(self, sm: &StateMachine) -> &BTreeMap<String, Box<Slot>> {
+    pub(crate) fn slots(self, sm: &StateMachine) -> &BTreeMap<String, Box<Slot>> {
         match self {
             SlotKind::Lock => &sm.locks,
             SlotKind::Election => &sm.elections,
+            SlotKind::Semaphore => &sm.semaphores,
         }
     }
 
     /// The slots of this kind, and the leases (to name holders) beside them.
-    fn slots_mut(self, sm: &mut StateMachine) -> (&mut BTreeMap<String, Box<Slot>>, &Leases) {
+    pub(crate) fn slots_mut(
+        self,
+        sm: &mut StateMachine,
+    ) -> (&mut BTreeMap<String, Box<Slot>>, &Leases) {
         match self {
             SlotKind::Lock => (&mut sm.locks, &sm.leases),
             SlotKind::Election => (&mut sm.elections, &sm.leases),
+            SlotKind::Semaphore => (&mut sm.semaphores, &sm.leases),
         }
     }
 
-    fn holding(self, name: &str) -> Attachment {
+    pub(crate) fn holding(self, name: &str) -> Attachment {
         match self {
             SlotKind::Lock => Attachment::Lock(name.to_owned()),
             SlotKind::Election => Attachment::Leader(name.to_owned()),
+            SlotKind::Semaphore => Attachment::Permits(name.to_owned()),
         }
     }
 
-    fn waiting(self, name: &str, waiter: WaiterId) -> Attachment {
+    pub(crate) fn waiting(self, name: &str, waiter: WaiterId) -> Attachment {
         match self {
             SlotKind::Lock => Attachment::LockWait(name.to_owned(), waiter),
             SlotKind::Election => Attachment::Candidacy(name.to_owned(), waiter),
+            SlotKind::Semaphore => Attachment::PermitWait(name.to_owned(), waiter),
         }
     }
 
     /// The refusal for a request that may not wait (or whose wait ended) while
-    /// the slot is taken: who holds it and with which token.
-    fn taken(self, slot: &Slot, leases: &Leases) -> CoreError {
-        let holder = slot.holding.as_ref().map(|h| h.holder(leases));
-        let token = slot.holding.as_ref().map(|h| h.token);
+    /// the slot is taken: who holds it and with which token, or how many
+    /// permits are out.
+    pub(crate) fn taken(self, slot: &Slot, leases: &Leases) -> CoreError {
+        let first = slot.first_holder();
+        let holder = first.map(|h| h.holder(leases));
+        let token = first.map(|h| h.token);
         match self {
             SlotKind::Lock => CoreError::LockHeld { holder, token },
             SlotKind::Election => CoreError::NotElected {
                 leader: holder,
                 token,
+            },
+            SlotKind::Semaphore => CoreError::SemaphoreFull {
+                in_use: slot.in_use(),
+                limit: slot.limit,
+                waiters: slot.queue.len() as u64,
             },
         }
     }
@@ -152,31 +209,47 @@ impl SlotKind {
         let what = match self {
             SlotKind::Lock => format!("a lock has at most {max} waiters"),
             SlotKind::Election => format!("an election has at most {max} candidates waiting"),
+            SlotKind::Semaphore => format!("a semaphore has at most {max} waiters"),
         };
         CoreError::QuotaExceeded { what }
     }
 
     fn queued(self, slot: &Slot, waiter: WaiterId, lease_id: LeaseId, leases: &Leases) -> Reply {
-        let holder = slot.holding.as_ref().map(|h| h.holder(leases));
+        let first = slot.first_holder();
+        let holder = first.map(|h| h.holder(leases));
         match self {
             SlotKind::Lock => Reply::LockQueued {
                 waiter,
                 lease_id,
                 holder,
-                token: slot.holding.as_ref().map(|h| h.token),
+                token: first.map(|h| h.token),
             },
             SlotKind::Election => Reply::CampaignQueued {
                 waiter,
                 lease_id,
                 leader: holder,
             },
+            SlotKind::Semaphore => Reply::PermitsQueued {
+                waiter,
+                lease_id,
+                in_use: slot.in_use(),
+                limit: slot.limit,
+            },
         }
     }
 
-    fn granted(self, grant: Grant, value: String) -> Reply {
+    fn granted(self, grant: Grant, holding: &Holding, limit: u32) -> Reply {
         match self {
             SlotKind::Lock => Reply::LockGranted(grant),
-            SlotKind::Election => Reply::Elected { grant, value },
+            SlotKind::Election => Reply::Elected {
+                grant,
+                value: holding.value.clone(),
+            },
+            SlotKind::Semaphore => Reply::PermitsGranted(PermitGrant {
+                grant,
+                permits: holding.permits,
+                limit,
+            }),
         }
     }
 
@@ -185,21 +258,43 @@ impl SlotKind {
         match self {
             SlotKind::Lock => EventKind::LockQueued { name, waiter },
             SlotKind::Election => EventKind::CandidateQueued { name, waiter },
+            SlotKind::Semaphore => EventKind::SemaphoreQueued { name, waiter },
         }
     }
 
-    fn granted_event(self, grant: Grant, value: &str, waiter: Option<WaiterId>) -> EventKind {
+    fn granted_event(
+        self,
+        grant: Grant,
+        taker: &Taker<'_>,
+        limit: u32,
+        waiter: Option<WaiterId>,
+    ) -> EventKind {
         match self {
-            SlotKind::Lock => EventKind::LockAcquired { grant, waiter },
+            SlotKind::Lock => EventKind::LockAcquired {
+                grant,
+                waiter,
+                mode: taker.mode,
+            },
             SlotKind::Election => EventKind::Elected {
                 grant,
-                value: value.to_owned(),
+                value: taker.value.to_owned(),
+                waiter,
+            },
+            SlotKind::Semaphore => EventKind::SemaphoreAcquired {
+                grant,
+                permits: taker.permits,
+                limit,
                 waiter,
             },
         }
     }
 
-    fn wait_ended_event(self, name: &str, waiter: WaiterId, reason: EndReason) -> EventKind {
+    pub(crate) fn wait_ended_event(
+        self,
+        name: &str,
+        waiter: WaiterId,
+        reason: EndReason,
+    ) -> EventKind {
         let name = name.to_owned();
         match self {
             SlotKind::Lock => EventKind::LockWaitEnded {
@@ -212,13 +307,18 @@ impl SlotKind {
                 waiter,
                 reason,
             },
+            SlotKind::Semaphore => EventKind::SemaphoreWaitEnded {
+                name,
+                waiter,
+                reason,
+            },
         }
     }
 }
 
 impl StateMachine {
     /// Holds the slot, queues for it, or refuses; the caller has validated the
-    /// request's own fields (name, holder, value, delay).
+    /// request's own fields (name, holder, value, delay, permits).
     pub(crate) fn claim(
         &mut self,
         limits: &Limits,
@@ -232,6 +332,8 @@ impl StateMachine {
             holder,
             value,
             lock_delay_ms,
+            permits,
+            limit,
             waiter,
             idempotency,
         } = claim;
@@ -242,35 +344,37 @@ impl StateMachine {
             }
         }
         if let Some(slot) = kind.slots(self).get(name) {
+            if kind == SlotKind::Semaphore && slot.limit != limit {
+                return Err(CoreError::LimitMismatch { limit: slot.limit });
+            }
             // Retries are safe: the same lease gets its grant or its place back.
+            // A shared holding is no answer to an exclusive request: that would
+            // be an upgrade, which is not offered (release, then acquire).
             if let Some(held) = slot.held_by(lease_id) {
-                let grant = Grant {
-                    name: name.to_owned(),
-                    token: held.token,
-                    lease_id,
-                    ttl_ms: self.lease_ttl(lease_id),
-                    holder: held.holder(&self.leases),
-                };
-                return Ok(kind.granted(grant, held.value.clone()));
+                if held.mode == LockMode::Shared {
+                    return Err(kind.taken(slot, &self.leases));
+                }
+                let grant = self.grant_of(name, held);
+                return Ok(kind.granted(grant, held, slot.limit));
             }
             if let (Some(_), Some(queued)) = (waiter, slot.queued_by(lease_id)) {
                 return Ok(kind.queued(slot, queued.waiter, lease_id, &self.leases));
             }
         }
-        // Anyone in line goes first, even when the slot is free right now (a lock
-        // in its delay, a hand-off this same entry will make).
-        if let Some(slot) = kind
+        let mode = LockMode::Exclusive;
+        let fits = kind
             .slots(self)
             .get(name)
-            .filter(|slot| !slot.grantable() || !slot.queue.is_empty())
-        {
+            .is_none_or(|slot| slot.admits_newcomer(mode, permits));
+        if !fits {
+            // Anyone in line goes first, even when the slot is free right now (a
+            // lock in its delay, a hand-off this same entry will make).
             let Some(waiter) = waiter else {
-                return Err(kind.taken(slot, &self.leases));
+                let slot = kind.slots(self).get(name);
+                return Err(slot.map_or(CoreError::NotFound, |s| kind.taken(s, &self.leases)));
             };
-            if slot.queue.len() >= limits.max_waiters_per_lock as usize {
-                return Err(kind.queue_full(limits.max_waiters_per_lock));
-            }
-            self.check_lease_for_holding(limits, lease)?;
+            self.check_room_in_line(kind, name, limits)?;
+            self.check_lease_for_holding(limits, lease, 1)?;
             let holder = self.materialize_lease(lease, holder, events);
             let (slots, leases) = kind.slots_mut(self);
             let slot = slots.entry(name.to_owned()).or_default();
@@ -281,96 +385,155 @@ impl StateMachine {
                 lock_delay_ms,
                 value: value.to_owned(),
                 idempotency,
+                mode,
+                permits,
             });
             let reply = kind.queued(slot, waiter, lease_id, leases);
             self.attach(lease_id, kind.waiting(name, waiter));
             self.emit(events, kind.queued_event(name, waiter));
             return Ok(reply);
         }
-        self.check_lease_for_holding(limits, lease)?;
+        self.check_lease_for_holding(limits, lease, 1)?;
         let holder = self.materialize_lease(lease, holder, events);
         let taker = Taker {
             lease_id,
             holder,
             lock_delay_ms,
             value,
+            mode,
+            permits,
         };
-        let grant = self.hold(kind, name, taker, None, events);
+        let (grant, holding) = self.hold(kind, name, taker, limit, None, events);
         self.attach(lease_id, kind.holding(name));
-        Ok(kind.granted(grant, value.to_owned()))
+        Ok(kind.granted(grant, &holding, limit))
     }
 
-    /// Gives the slot to `taker` at a fresh token (the revision of its event).
-    fn hold(
+    /// Refuses a new place in the line of `name` when the line is at its cap.
+    pub(crate) fn check_room_in_line(
+        &self,
+        kind: SlotKind,
+        name: &str,
+        limits: &Limits,
+    ) -> Result<(), CoreError> {
+        let queued = kind
+            .slots(self)
+            .get(name)
+            .map_or(0, |slot| slot.queue.len());
+        if queued >= limits.max_waiters_per_lock as usize {
+            return Err(kind.queue_full(limits.max_waiters_per_lock));
+        }
+        Ok(())
+    }
+
+    /// The grant answer for an existing holding.
+    pub(crate) fn grant_of(&self, name: &str, held: &Holding) -> Grant {
+        Grant {
+            name: name.to_owned(),
+            token: held.token,
+            lease_id: held.lease_id,
+            ttl_ms: self.lease_ttl(held.lease_id),
+            holder: held.holder(&self.leases),
+        }
+    }
+
+    /// Adds `taker` to the holders at a fresh token (the revision of its event).
+    /// `limit` is a new semaphore's limit (ignored once the slot has one).
+    pub(crate) fn hold(
         &mut self,
         kind: SlotKind,
         name: &str,
         taker: Taker<'_>,
+        limit: u32,
         waiter: Option<WaiterId>,
         events: &mut Vec<Event>,
-    ) -> Grant {
-        let Taker {
-            lease_id,
-            holder,
-            lock_delay_ms,
-            value,
-        } = taker;
+    ) -> (Grant, Holding) {
         let token = self.next_revision();
-        let stored_holder = Holding::holder_to_store(&self.leases, lease_id, &holder);
+        let stored_holder = Holding::holder_to_store(&self.leases, taker.lease_id, &taker.holder);
         let grant = Grant {
             name: name.to_owned(),
             token,
-            lease_id,
-            ttl_ms: self.lease_ttl(lease_id),
-            holder,
+            lease_id: taker.lease_id,
+            ttl_ms: self.lease_ttl(taker.lease_id),
+            holder: taker.holder.clone(),
         };
-        let (slots, _) = kind.slots_mut(self);
-        slots.entry(name.to_owned()).or_default().holding = Some(Holding {
-            lease_id,
+        let holding = Holding {
+            lease_id: taker.lease_id,
             token,
             holder: stored_holder,
-            lock_delay_ms,
-            value: value.to_owned(),
+            lock_delay_ms: taker.lock_delay_ms,
+            value: taker.value.to_owned(),
             modified_revision: token,
-        });
-        let emitted = self.emit(events, kind.granted_event(grant.clone(), value, waiter));
+            mode: taker.mode,
+            permits: taker.permits,
+        };
+        let (slots, _) = kind.slots_mut(self);
+        let slot = slots.entry(name.to_owned()).or_default();
+        if slot.holders.is_empty() && slot.queue.is_empty() {
+            slot.limit = limit;
+        }
+        let limit = slot.limit;
+        slot.holders.push(holding.clone());
+        let event = kind.granted_event(grant.clone(), &taker, limit, waiter);
+        let emitted = self.emit(events, event);
         debug_assert_eq!(emitted, token);
-        grant
+        (grant, holding)
     }
 
-    /// Hands a free slot to the first in line, exactly one, and forgets the slot
+    /// Hands a slot that changed (a holder left, a waiter left, a delay ended) to
+    /// everyone in line who may now hold, in line order, and forgets the slot
     /// once nothing is left in it. Every queued lease is alive: a lease's waits
-    /// leave their queues when it ends.
+    /// leave their queues when it ends, before anything is handed on.
     pub(crate) fn promote_next(&mut self, kind: SlotKind, name: &str, events: &mut Vec<Event>) {
-        let (slots, _) = kind.slots_mut(self);
-        let Some(slot) = slots.get_mut(name) else {
-            return;
-        };
-        let next = if slot.grantable() {
-            slot.queue.pop_front()
-        } else {
-            None
-        };
-        if let Some(next) = next {
-            let taker = Taker {
-                lease_id: next.lease_id,
-                holder: next.holder,
-                lock_delay_ms: next.lock_delay_ms,
-                value: &next.value,
-            };
-            let grant = self.hold(kind, name, taker, Some(next.waiter), events);
-            self.replace_attachment(
-                next.lease_id,
-                &kind.waiting(name, next.waiter),
-                kind.holding(name),
-            );
-            let answer = kind.granted(grant, next.value);
-            self.record_wait_end(next.idempotency, Ok(answer));
+        let admitted = kind
+            .slots(self)
+            .get(name)
+            .map(|slot| slot.admitted_waiters())
+            .unwrap_or_default();
+        for waiter in admitted {
+            if kind == SlotKind::Lock && self.groups.contains_key(&waiter) {
+                self.grant_group_if_ready(waiter, events);
+            } else {
+                self.grant_waiter(kind, name, waiter, events);
+            }
         }
         let (slots, _) = kind.slots_mut(self);
         if slots.get(name).is_some_and(|slot| slot.is_idle()) {
             slots.remove(name);
         }
+    }
+
+    /// Grants a single request waiting in the line of `name`.
+    fn grant_waiter(
+        &mut self,
+        kind: SlotKind,
+        name: &str,
+        waiter: WaiterId,
+        events: &mut Vec<Event>,
+    ) {
+        let (slots, _) = kind.slots_mut(self);
+        let Some(next) = slots
+            .get_mut(name)
+            .and_then(|slot| slot.remove_waiter(waiter))
+        else {
+            return;
+        };
+        let taker = Taker {
+            lease_id: next.lease_id,
+            holder: next.holder,
+            lock_delay_ms: next.lock_delay_ms,
+            value: &next.value,
+            mode: next.mode,
+            permits: next.permits,
+        };
+        let (grant, holding) = self.hold(kind, name, taker, 0, Some(next.waiter), events);
+        self.replace_attachment(
+            next.lease_id,
+            &kind.waiting(name, next.waiter),
+            kind.holding(name),
+        );
+        let limit = kind.slots(self).get(name).map_or(0, |slot| slot.limit);
+        let answer = kind.granted(grant, &holding, limit);
+        self.record_wait_end(next.idempotency, Ok(answer));
     }
 
     /// Withdraws a waiting request at its owner's asking.
@@ -387,13 +550,20 @@ impl StateMachine {
             .and_then(|slot| slot.queue.iter().find(|w| w.waiter == waiter))
             .map(|w| w.lease_id)
             .ok_or(CoreError::WaiterNotFound)?;
-        self.drop_waiter(kind, name, waiter, EndReason::Released, events);
-        self.detach(lease_id, &kind.waiting(name, waiter), events);
+        let left = self.drop_waiter(kind, name, waiter, EndReason::Released, events);
+        for (kind, name) in &left {
+            self.detach(lease_id, &kind.waiting(name, waiter), events);
+        }
+        for (kind, name) in left {
+            self.promote_next(kind, &name, events);
+        }
         Ok(Reply::WaitCancelled)
     }
 
-    /// Takes a waiter out of its queue (cancelled, or its lease ended) and
-    /// remembers the final answer of its wait.
+    /// Takes a waiter out of its line (cancelled, or its lease ended), or out of
+    /// every line when it is a multi-acquire, and remembers the final answer of
+    /// its wait. Returns the lines it left: the caller hands them on (after
+    /// every wait of an ending lease is gone) and detaches the places.
     pub(crate) fn drop_waiter(
         &mut self,
         kind: SlotKind,
@@ -401,26 +571,31 @@ impl StateMachine {
         waiter: WaiterId,
         reason: EndReason,
         events: &mut Vec<Event>,
-    ) {
+    ) -> Vec<(SlotKind, String)> {
+        if kind == SlotKind::Lock && self.groups.contains_key(&waiter) {
+            return self.drop_group(waiter, reason, events);
+        }
         let (slots, leases) = kind.slots_mut(self);
         let Some(slot) = slots.get_mut(name) else {
-            return;
+            return Vec::new();
         };
         let Some(removed) = slot.remove_waiter(waiter) else {
-            return;
+            return Vec::new();
         };
         let refusal = kind.taken(slot, leases);
-        if slot.is_idle() {
-            slots.remove(name);
-        }
         self.emit(events, kind.wait_ended_event(name, waiter, reason));
-        let final_answer = match reason {
-            EndReason::Released => Err(refusal),
-            // Only holdings are force-released, never a wait: grouped for completeness.
-            EndReason::Revoked | EndReason::Expired | EndReason::ForceReleased => {
-                Err(CoreError::LeaseNotFound)
-            }
-        };
-        self.record_wait_end(removed.idempotency, final_answer);
+        self.record_wait_end(removed.idempotency, wait_end_answer(reason, refusal));
+        vec![(kind, name.to_owned())]
+    }
+}
+
+/// The final answer remembered for a wait that ended without a grant.
+pub(crate) fn wait_end_answer(reason: EndReason, refusal: CoreError) -> Result<Reply, CoreError> {
+    match reason {
+        EndReason::Released => Err(refusal),
+        // Only holdings are force-released, never a wait: grouped for completeness.
+        EndReason::Revoked | EndReason::Expired | EndReason::ForceReleased => {
+            Err(CoreError::LeaseNotFound)
+        }
     }
 }

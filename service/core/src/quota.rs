@@ -72,11 +72,11 @@ impl StateMachine {
         let usage = principal
             .map(|p| self.principal_usage(p))
             .unwrap_or_default();
-        let (mut holds, mut may_wait) = command.adds_holding();
+        let (mut holds, mut may_wait) = command.adds_holdings();
         if self.already_there(command) {
             // A retry, or an update of one's own name: it adds nothing, and it
             // must get the answer it would get below the cap.
-            (holds, may_wait) = (false, false);
+            (holds, may_wait) = (0, false);
         }
         if let Some((lease_id, _)) = command.created_lease() {
             if !self.leases.contains_key(&lease_id) {
@@ -97,7 +97,10 @@ impl StateMachine {
                 }
             }
         }
-        if principal.is_some() && holds && usage.holdings >= quota.max_holdings_per_principal {
+        if principal.is_some()
+            && holds > 0
+            && usage.holdings.saturating_add(holds) > quota.max_holdings_per_principal
+        {
             return Err(exceeded(
                 format!(
                     "a principal holds at most {} locks, leaderships and names",
@@ -106,7 +109,12 @@ impl StateMachine {
                 quota.max_holdings_per_principal,
             ));
         }
-        if principal.is_some() && may_wait && usage.waiters >= quota.max_waiters_per_principal {
+        // A queued multi-acquire takes a place in each of its lines.
+        let places = holds.max(1);
+        if principal.is_some()
+            && may_wait
+            && usage.waiters.saturating_add(places) > quota.max_waiters_per_principal
+        {
             return Err(exceeded(
                 format!(
                     "a principal has at most {} queued requests",
@@ -150,6 +158,23 @@ impl StateMachine {
                 .names
                 .get(name)
                 .is_some_and(|entry| entry.lease_id == *lease_id),
+            Command::AcquireLocks {
+                locks,
+                lease: LeaseRef::Existing(lease_id),
+                ..
+            } => locks.iter().any(|lock| {
+                self.locks
+                    .get(&lock.name)
+                    .is_some_and(|slot| involves(slot, lease_id))
+            }),
+            Command::AcquirePermits {
+                name,
+                lease: LeaseRef::Existing(lease_id),
+                ..
+            } => self
+                .semaphores
+                .get(name)
+                .is_some_and(|slot| involves(slot, lease_id)),
             _ => false,
         }
     }

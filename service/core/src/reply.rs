@@ -15,16 +15,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{LeaseId, WaiterId};
 use crate::outcome::{Grant, Released};
+use crate::slot::LockMode;
 
 /// The proposer's answer for a command that was accepted.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Reply {
     /// A lease was created.
     LeaseCreated(LeaseCreated),
-    /// A lease was revoked or expired, with what it took along.
+    /// A lease was revoked or expired, with what it took along, as builds
+    /// before semaphores answered (kept so that their remembered answers read
+    /// back; [`Reply::LeaseClosed`] is what is answered now).
     LeaseEnded {
         /// What was released.
-        released: Released,
+        released: StoredReleased,
     },
     /// The lock was granted now (or was already held by this lease).
     LockGranted(Grant),
@@ -76,6 +79,104 @@ pub enum Reply {
     },
     /// An admin ended this holding.
     ForceReleased(ForceReleased),
+    /// Every lock of an `AcquireLocks` was granted now (or was already held by
+    /// this lease), in the order the request named them. Added last: remembered
+    /// answers of older builds decode unchanged.
+    LocksGranted(Vec<HeldLock>),
+    /// At least one lock of an `AcquireLocks` cannot be granted now; the
+    /// request waits in every line. Added last.
+    LocksQueued {
+        /// The queued request (its id in every line).
+        waiter: WaiterId,
+        /// The lease it hangs on.
+        lease_id: LeaseId,
+        /// The first lock that blocks it.
+        name: String,
+        /// That lock's first holder.
+        holder: Option<String>,
+        /// That holder's token.
+        token: Option<u64>,
+    },
+    /// Permits of a semaphore were granted (or were already held by this lease).
+    /// Added last.
+    PermitsGranted(PermitGrant),
+    /// Not enough permits are free, or others are in line first: the request
+    /// waits. Added last.
+    PermitsQueued {
+        /// The queued request.
+        waiter: WaiterId,
+        /// The lease it hangs on.
+        lease_id: LeaseId,
+        /// Permits out now.
+        in_use: u64,
+        /// The semaphore's limit.
+        limit: u32,
+    },
+    /// A semaphore holding gave its permits back. Added last.
+    PermitsReleased,
+    /// A lease was revoked or expired, with what it took along. Added last.
+    LeaseClosed(Released),
+}
+
+/// [`Released`] as builds before semaphores stored it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredReleased {
+    /// Locks it held.
+    pub locks: Vec<String>,
+    /// Names it had registered.
+    pub names: Vec<String>,
+    /// Elections it led or stood in.
+    pub elections: Vec<String>,
+}
+
+/// A granted lock of an `AcquireLocks`, with how it is held.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldLock {
+    /// The grant (its own token).
+    pub grant: Grant,
+    /// Exclusive or shared.
+    pub mode: LockMode,
+}
+
+/// Answer to `AcquirePermits`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PermitGrant {
+    /// The grant (its own token).
+    pub grant: Grant,
+    /// Permits held.
+    pub permits: u32,
+    /// The semaphore's limit.
+    pub limit: u32,
+}
+
+/// The immediate answer to an `AcquireLocks`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LocksClaimed {
+    /// Every lock granted now.
+    Granted(Vec<HeldLock>),
+    /// Queued (or refused, when it asked not to wait): the first lock in the way.
+    Queued {
+        /// That lock.
+        name: String,
+        /// Its first holder.
+        holder: Option<String>,
+        /// That holder's token.
+        token: Option<u64>,
+    },
+}
+
+/// The immediate answer to an `AcquirePermits`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PermitsClaimed {
+    /// Granted now.
+    Granted(PermitGrant),
+    /// Queued (or refused, when it asked not to wait).
+    Queued {
+        /// Permits out.
+        in_use: u64,
+        /// The semaphore's limit.
+        limit: u32,
+    },
 }
 
 /// Answer to `CreateLease`.
@@ -153,7 +254,50 @@ impl Reply {
     /// The answer to `RevokeLease`: what the lease took along.
     pub fn into_lease_ended(self) -> Result<Released, Reply> {
         match self {
-            Reply::LeaseEnded { released } => Ok(released),
+            Reply::LeaseClosed(released) => Ok(released),
+            Reply::LeaseEnded { released } => Ok(Released {
+                locks: released.locks,
+                names: released.names,
+                elections: released.elections,
+                semaphores: Vec::new(),
+            }),
+            other => Err(other),
+        }
+    }
+
+    /// The answer to `AcquireLocks`.
+    pub fn into_locks_claim(self) -> Result<LocksClaimed, Reply> {
+        match self {
+            Reply::LocksGranted(held) => Ok(LocksClaimed::Granted(held)),
+            Reply::LocksQueued {
+                name,
+                holder,
+                token,
+                ..
+            } => Ok(LocksClaimed::Queued {
+                name,
+                holder,
+                token,
+            }),
+            other => Err(other),
+        }
+    }
+
+    /// The answer to `AcquirePermits`.
+    pub fn into_permits_claim(self) -> Result<PermitsClaimed, Reply> {
+        match self {
+            Reply::PermitsGranted(grant) => Ok(PermitsClaimed::Granted(grant)),
+            Reply::PermitsQueued { in_use, limit, .. } => {
+                Ok(PermitsClaimed::Queued { in_use, limit })
+            }
+            other => Err(other),
+        }
+    }
+
+    /// The answer to `ReleasePermits`.
+    pub fn into_permits_released(self) -> Result<(), Reply> {
+        match self {
+            Reply::PermitsReleased => Ok(()),
             other => Err(other),
         }
     }
@@ -234,9 +378,10 @@ impl Reply {
     /// The queued request's id, when the reply says it waits in a queue.
     pub fn queued_waiter(&self) -> Option<WaiterId> {
         match self {
-            Reply::LockQueued { waiter, .. } | Reply::CampaignQueued { waiter, .. } => {
-                Some(*waiter)
-            }
+            Reply::LockQueued { waiter, .. }
+            | Reply::CampaignQueued { waiter, .. }
+            | Reply::LocksQueued { waiter, .. }
+            | Reply::PermitsQueued { waiter, .. } => Some(*waiter),
             _ => None,
         }
     }

@@ -1,10 +1,11 @@
 //! Snapshot encoding: one format-version byte, then the state in postcard.
 
 use crate::machine::StateMachine;
+use crate::snapshot_legacy::StateV3;
 
 /// The snapshot format this build writes. Readers accept every version listed in
 /// [`StateMachine::from_snapshot`].
-pub const SNAPSHOT_FORMAT: u8 = 3;
+pub const SNAPSHOT_FORMAT: u8 = 4;
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -13,7 +14,7 @@ pub enum SnapshotError {
     #[error("snapshot is empty")]
     Empty,
     /// Written by a newer (or unknown) format.
-    #[error("snapshot format {0} is not supported by this build (it reads formats 1 to 3)")]
+    #[error("snapshot format {0} is not supported by this build (it reads formats 1 to 4)")]
     UnsupportedFormat(u8),
     /// The bytes do not decode.
     #[error("snapshot is corrupt: {0}")]
@@ -36,15 +37,17 @@ impl StateMachine {
     pub fn from_snapshot(bytes: &[u8]) -> Result<StateMachine, SnapshotError> {
         let (&format, body) = bytes.split_first().ok_or(SnapshotError::Empty)?;
         let mut state: StateMachine = match format {
-            // Each format adds one trailing field to the one before: format 1
-            // lacks `cluster_id` (`None`), format 2 lacks `lease_owners` (an empty
-            // map). postcard writes either as one zero byte.
-            1 | 2 => {
+            // Formats 1 to 3 each add one trailing field to the one before:
+            // format 1 lacks `cluster_id` (`None`), format 2 lacks `lease_owners`
+            // (an empty map). postcard writes either as one zero byte. Format 4
+            // changed the slots (several holders, modes, permits) and added
+            // semaphores and multi-acquires: the older slots are converted.
+            1..=3 => {
                 let mut padded = body.to_vec();
                 padded.resize(body.len() + usize::from(3 - format), 0);
-                postcard::from_bytes(&padded)?
+                postcard::from_bytes::<StateV3>(&padded)?.upgrade()
             }
-            3 => postcard::from_bytes(body)?,
+            4 => postcard::from_bytes(body)?,
             other => return Err(SnapshotError::UnsupportedFormat(other)),
         };
         // Derived counts are not in the snapshot.

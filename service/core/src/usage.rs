@@ -13,24 +13,27 @@ use crate::machine::StateMachine;
 pub struct Usage {
     /// Live leases it owns.
     pub leases: u64,
-    /// Held locks, leaderships and registered names on those leases.
+    /// Held locks, leaderships, registered names and semaphore holdings on those
+    /// leases.
     pub holdings: u64,
-    /// Queued lock waits and candidacies on those leases.
+    /// Queued lock and semaphore waits and candidacies on those leases (a
+    /// multi-acquire counts once per lock it waits for).
     pub waiters: u64,
 }
 
 impl Usage {
     /// What one attachment counts for.
     fn of_attachment(attachment: &Attachment) -> Usage {
-        match attachment {
-            Attachment::LockWait(..) | Attachment::Candidacy(..) => Usage {
+        if attachment.is_wait() {
+            Usage {
                 waiters: 1,
                 ..Usage::default()
-            },
-            Attachment::Lock(_) | Attachment::Name(_) | Attachment::Leader(_) => Usage {
+            }
+        } else {
+            Usage {
                 holdings: 1,
                 ..Usage::default()
-            },
+            }
         }
     }
 

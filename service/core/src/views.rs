@@ -8,7 +8,7 @@ use crate::error::CoreError;
 use crate::ids::LeaseId;
 use crate::lease::{Attachment, Leases};
 use crate::machine::StateMachine;
-use crate::slot::Slot;
+use crate::slot::{LockMode, Slot};
 
 /// A lock as readers see it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,6 +29,52 @@ pub struct LockView {
     pub queue: Vec<String>,
     /// The lock is in lock delay until this leader-stamped time.
     pub delay_until_ms: Option<u64>,
+    /// How it is held now (`None` when free).
+    pub mode: Option<LockMode>,
+    /// Every holder, in grant order (one when exclusive).
+    pub holders: Vec<HolderView>,
+}
+
+/// One holder of a lock or a semaphore.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderView {
+    /// The holder's identity.
+    pub holder: String,
+    /// Its fencing token.
+    pub token: u64,
+    /// Exclusive or shared (always exclusive for a semaphore's holders).
+    pub mode: LockMode,
+    /// Permits it holds (1 for a lock).
+    pub permits: u32,
+    /// Revision since which it holds.
+    pub since_revision: u64,
+}
+
+/// A semaphore as readers see it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SemaphoreView {
+    /// Semaphore name.
+    pub name: String,
+    /// Its limit (set by its first acquirer); `None` when nobody holds or waits.
+    pub limit: Option<u32>,
+    /// Permits out.
+    pub in_use: u64,
+    /// Every holder, in grant order.
+    pub holders: Vec<HolderView>,
+    /// Requests waiting in the queue.
+    pub waiters: usize,
+    /// Who waits and for how many permits, in line order (the first
+    /// [`QUEUE_SHOWN`] of them).
+    pub queue: Vec<QueuedView>,
+}
+
+/// A request waiting in a semaphore's line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuedView {
+    /// Who waits.
+    pub holder: String,
+    /// Permits it asks for.
+    pub permits: u32,
 }
 
 /// How many waiters a lock's view names (its `waiters` counts them all).
@@ -49,7 +95,10 @@ pub struct LeaseView {
     pub names: Vec<String>,
     /// Elections it leads, in name order.
     pub elections: Vec<String>,
-    /// Queued lock waits and candidacies.
+    /// Semaphores it holds permits of, in name order.
+    pub semaphores: Vec<String>,
+    /// Queued lock and semaphore waits and candidacies (a multi-acquire counts
+    /// once per lock).
     pub waiting: usize,
     /// Created for one holding and revoked with it.
     pub ephemeral: bool,
@@ -94,13 +143,27 @@ pub struct NameView {
     pub since_revision: u64,
 }
 
+fn holder_views(slot: &Slot, leases: &Leases) -> Vec<HolderView> {
+    slot.holders
+        .iter()
+        .map(|h| HolderView {
+            holder: h.holder(leases),
+            token: h.token,
+            mode: h.mode,
+            permits: h.permits,
+            since_revision: h.token,
+        })
+        .collect()
+}
+
 fn lock_view(name: &str, slot: &Slot, leases: &Leases) -> LockView {
+    let first = slot.first_holder();
     LockView {
         name: name.to_owned(),
-        held: slot.holding.is_some(),
-        holder: slot.holding.as_ref().map(|h| h.holder(leases)),
-        token: slot.holding.as_ref().map(|h| h.token),
-        since_revision: slot.holding.as_ref().map(|h| h.token),
+        held: first.is_some(),
+        holder: first.map(|h| h.holder(leases)),
+        token: first.map(|h| h.token),
+        since_revision: first.map(|h| h.token),
         waiters: slot.queue.len(),
         queue: slot
             .queue
@@ -109,6 +172,27 @@ fn lock_view(name: &str, slot: &Slot, leases: &Leases) -> LockView {
             .map(|waiting| waiting.holder.clone())
             .collect(),
         delay_until_ms: slot.delay_until_ms,
+        mode: first.map(|h| h.mode),
+        holders: holder_views(slot, leases),
+    }
+}
+
+fn semaphore_view(name: &str, slot: &Slot, leases: &Leases) -> SemaphoreView {
+    SemaphoreView {
+        name: name.to_owned(),
+        limit: (slot.limit > 0).then_some(slot.limit),
+        in_use: slot.in_use(),
+        holders: holder_views(slot, leases),
+        waiters: slot.queue.len(),
+        queue: slot
+            .queue
+            .iter()
+            .take(QUEUE_SHOWN)
+            .map(|waiting| QueuedView {
+                holder: waiting.holder.clone(),
+                permits: waiting.permits,
+            })
+            .collect(),
     }
 }
 
@@ -144,14 +228,54 @@ impl StateMachine {
             .collect()
     }
 
-    /// Whether `token` is the current holder's token of lock `name`, and that token.
+    /// Whether `token` is a current holder's token of lock `name`, and the
+    /// newest holder's token (the only holder's, when exclusive).
     pub fn validate(&self, name: &str, token: u64) -> (bool, Option<u64>) {
-        let current = self
-            .locks
+        let Some(slot) = self.locks.get(name) else {
+            return (false, None);
+        };
+        let valid = slot.holders.iter().any(|h| h.token == token);
+        (valid, slot.newest_token())
+    }
+
+    /// The semaphore, or a free semaphore's view (no limit, nothing out).
+    pub fn semaphore(&self, name: &str) -> SemaphoreView {
+        match self.semaphores.get(name) {
+            Some(slot) => semaphore_view(name, slot, &self.leases),
+            None => semaphore_view(name, &Slot::default(), &self.leases),
+        }
+    }
+
+    /// Semaphores that are held or queued on, in name order.
+    pub fn semaphores(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Vec<SemaphoreView> {
+        page(&self.semaphores, prefix, after, limit)
+            .map(|(name, slot)| semaphore_view(name, slot, &self.leases))
+            .collect()
+    }
+
+    /// Checks that `(lease_id, token)` holds permits of semaphore `name` (what a
+    /// renew verifies); the lease's TTL when it does.
+    pub fn check_permits_holder(
+        &self,
+        name: &str,
+        lease_id: LeaseId,
+        token: u64,
+    ) -> Result<u64, CoreError> {
+        let lease = self.leases.get(&lease_id).ok_or(CoreError::LeaseNotFound)?;
+        if self
+            .semaphores
             .get(name)
-            .and_then(|s| s.holding.as_ref())
-            .map(|h| h.token);
-        (current == Some(token), current)
+            .is_some_and(|s| s.held_with(lease_id, token))
+        {
+            Ok(lease.ttl_ms)
+        } else {
+            Err(CoreError::PermitsLost)
+        }
     }
 
     /// Checks that `(lease_id, token)` holds lock `name` (what a renew verifies).
@@ -167,7 +291,7 @@ impl StateMachine {
             Ok(lease.ttl_ms)
         } else {
             Err(CoreError::LockLost {
-                current_token: slot.and_then(|s| s.holding.as_ref()).map(|h| h.token),
+                current_token: slot.and_then(|s| s.newest_token()),
             })
         }
     }
@@ -182,6 +306,7 @@ impl StateMachine {
             locks: Vec::new(),
             names: Vec::new(),
             elections: Vec::new(),
+            semaphores: Vec::new(),
             waiting: 0,
             ephemeral: lease.ephemeral,
         };
@@ -190,12 +315,18 @@ impl StateMachine {
                 Attachment::Lock(name) => view.locks.push(name.clone()),
                 Attachment::Name(name) => view.names.push(name.clone()),
                 Attachment::Leader(name) => view.elections.push(name.clone()),
-                Attachment::LockWait(..) | Attachment::Candidacy(..) => view.waiting += 1,
+                Attachment::Permits(name) => view.semaphores.push(name.clone()),
+                Attachment::LockWait(..)
+                | Attachment::Candidacy(..)
+                | Attachment::PermitWait(..) => {
+                    view.waiting += 1;
+                }
             }
         }
         view.locks.sort();
         view.names.sort();
         view.elections.sort();
+        view.semaphores.sort();
         Some(view)
     }
 
@@ -233,7 +364,7 @@ impl StateMachine {
         let slot = self.elections.get(name)?;
         Some(ElectionView {
             name: name.to_owned(),
-            leader: slot.holding.as_ref().map(|h| LeaderView {
+            leader: slot.first_holder().map(|h| LeaderView {
                 candidate: h.holder(&self.leases),
                 value: h.value.clone(),
                 token: h.token,
@@ -286,6 +417,12 @@ pub struct Counts {
     pub elections: usize,
     /// Registered names.
     pub names: usize,
+    /// Semaphores with a holder.
+    pub semaphores_held: usize,
+    /// Permits out, over every semaphore.
+    pub permits_out: u64,
+    /// Requests queued on semaphores.
+    pub semaphore_waiters: usize,
 }
 
 impl StateMachine {
@@ -294,14 +431,25 @@ impl StateMachine {
     pub fn counts(&self) -> Counts {
         Counts {
             leases: self.leases.len(),
-            held_locks: self.locks.values().filter(|s| s.holding.is_some()).count(),
+            held_locks: self
+                .locks
+                .values()
+                .filter(|s| !s.holders.is_empty())
+                .count(),
             lock_waiters: self.locks.values().map(|s| s.queue.len()).sum(),
             elections: self
                 .elections
                 .values()
-                .filter(|s| s.holding.is_some())
+                .filter(|s| !s.holders.is_empty())
                 .count(),
             names: self.names.len(),
+            semaphores_held: self
+                .semaphores
+                .values()
+                .filter(|s| !s.holders.is_empty())
+                .count(),
+            permits_out: self.semaphores.values().map(|s| s.in_use()).sum(),
+            semaphore_waiters: self.semaphores.values().map(|s| s.queue.len()).sum(),
         }
     }
 }

@@ -3,14 +3,17 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use baton_core::{EndReason, Event, EventKind, Grant, WaiterId};
+use baton_core::{EndReason, Event, EventKind, Grant, HeldLock, PermitGrant, WaiterId};
 use tokio::sync::oneshot;
 
 /// How a queued request's wait ended.
 #[derive(Clone, Debug, PartialEq)]
 pub enum WaitEnd {
-    /// The lock was granted.
-    Granted(Grant),
+    /// The lock was granted: one grant per lock, several for a multi-acquire
+    /// (granted together, in one apply).
+    Granted(Vec<HeldLock>),
+    /// Permits of a semaphore were granted.
+    Permits(PermitGrant),
     /// The candidate was elected, with its value.
     Elected(Grant, String),
     /// It left the queue without a grant.
@@ -54,28 +57,67 @@ impl WaiterRegistry {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Wakes the requests whose waits these events end.
+    /// Wakes the requests whose waits these events end. The locks of one
+    /// multi-acquire are granted in one apply, so their events arrive together
+    /// and wake the request once, with every grant.
     pub fn on_events(&self, events: &[Event]) {
-        let mut waiting = None;
+        let mut ends: Vec<(WaiterId, WaitEnd)> = Vec::new();
         for event in events {
-            let (waiter, end) = match &event.kind {
+            let end = match &event.kind {
                 EventKind::LockAcquired {
                     grant,
                     waiter: Some(waiter),
-                } => (*waiter, WaitEnd::Granted(grant.clone())),
+                    mode,
+                } => {
+                    let held = HeldLock {
+                        grant: grant.clone(),
+                        mode: *mode,
+                    };
+                    match ends.iter_mut().find(|(w, _)| w == waiter) {
+                        Some((_, WaitEnd::Granted(grants))) => {
+                            grants.push(held);
+                            continue;
+                        }
+                        _ => (*waiter, WaitEnd::Granted(vec![held])),
+                    }
+                }
                 EventKind::Elected {
                     grant,
                     value,
                     waiter: Some(waiter),
                 } => (*waiter, WaitEnd::Elected(grant.clone(), value.clone())),
+                EventKind::SemaphoreAcquired {
+                    grant,
+                    permits,
+                    limit,
+                    waiter: Some(waiter),
+                } => (
+                    *waiter,
+                    WaitEnd::Permits(PermitGrant {
+                        grant: grant.clone(),
+                        permits: *permits,
+                        limit: *limit,
+                    }),
+                ),
                 EventKind::LockWaitEnded { waiter, reason, .. }
-                | EventKind::CampaignEnded { waiter, reason, .. } => {
+                | EventKind::CampaignEnded { waiter, reason, .. }
+                | EventKind::SemaphoreWaitEnded { waiter, reason, .. } => {
+                    if ends.iter().any(|(w, _)| w == waiter) {
+                        // A multi-acquire leaves every line at once: one end.
+                        continue;
+                    }
                     (*waiter, WaitEnd::Ended(*reason))
                 }
                 _ => continue,
             };
-            let map = waiting.get_or_insert_with(|| self.lock());
-            if let Some(tx) = map.remove(&waiter) {
+            ends.push(end);
+        }
+        if ends.is_empty() {
+            return;
+        }
+        let mut waiting = self.lock();
+        for (waiter, end) in ends {
+            if let Some(tx) = waiting.remove(&waiter) {
                 // The request may have gone away meanwhile; nothing to do then.
                 let _ = tx.send(end);
             }

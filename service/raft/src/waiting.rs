@@ -13,10 +13,13 @@ use crate::waiters::WaitEnd;
 /// What a queued request is waiting for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum QueueKind {
-    /// A lock's queue.
+    /// A lock's queue (for a multi-acquire, any one of its locks: cancelling
+    /// it there takes it out of every line).
     Lock(String),
     /// An election's candidate queue.
     Election(String),
+    /// A semaphore's queue.
+    Semaphore(String),
 }
 
 /// How a possibly-waiting request ended.
@@ -105,6 +108,10 @@ async fn cancel(
             name: name.clone(),
             waiter,
         },
+        QueueKind::Semaphore(name) => Command::CancelPermitWait {
+            name: name.clone(),
+            waiter,
+        },
     };
     // Keyed, so a retry after a lost answer is applied once.
     let request = Request {
@@ -139,21 +146,31 @@ async fn cancel(
 
 /// Gives back a grant nobody will use.
 async fn hand_back(node: &Node, kind: &QueueKind, end: WaitEnd) {
-    let command = match (kind, end) {
-        (QueueKind::Lock(name), WaitEnd::Granted(grant)) => Command::Release {
+    let commands = match (kind, end) {
+        (QueueKind::Lock(_), WaitEnd::Granted(held)) => held
+            .into_iter()
+            .map(|held| Command::Release {
+                name: held.grant.name,
+                lease_id: held.grant.lease_id,
+                token: held.grant.token,
+            })
+            .collect(),
+        (QueueKind::Election(name), WaitEnd::Elected(grant, _)) => vec![Command::Resign {
             name: name.clone(),
             lease_id: grant.lease_id,
             token: grant.token,
-        },
-        (QueueKind::Election(name), WaitEnd::Elected(grant, _)) => Command::Resign {
+        }],
+        (QueueKind::Semaphore(name), WaitEnd::Permits(permits)) => vec![Command::ReleasePermits {
             name: name.clone(),
-            lease_id: grant.lease_id,
-            token: grant.token,
-        },
+            lease_id: permits.grant.lease_id,
+            token: permits.grant.token,
+        }],
         _ => return,
     };
-    if let Err(error) = node.propose(Request::plain(command)).await {
-        tracing::warn!(%error, "could not hand back an abandoned grant; its lease will expire");
+    for command in commands {
+        if let Err(error) = node.propose(Request::plain(command)).await {
+            tracing::warn!(%error, "could not hand back an abandoned grant; its lease will expire");
+        }
     }
 }
 

@@ -19,15 +19,18 @@ pub enum WatchKind {
     Name,
     /// Leases (these have no name; a `prefix` filter excludes them).
     Lease,
+    /// Semaphores and their queues.
+    Semaphore,
 }
 
 impl WatchKind {
     /// Every kind, in the order the API lists them.
-    pub const ALL: [WatchKind; 4] = [
+    pub const ALL: [WatchKind; 5] = [
         WatchKind::Lock,
         WatchKind::Election,
         WatchKind::Name,
         WatchKind::Lease,
+        WatchKind::Semaphore,
     ];
 
     /// The name used in `event:` lines and in the `kinds` query parameter.
@@ -37,6 +40,7 @@ impl WatchKind {
             WatchKind::Election => "election",
             WatchKind::Name => "name",
             WatchKind::Lease => "lease",
+            WatchKind::Semaphore => "semaphore",
         }
     }
 
@@ -147,6 +151,12 @@ fn classify(kind: &EventKind) -> (WatchKind, &'static str, bool) {
             },
             false,
         ),
+        EventKind::SemaphoreAcquired { .. } => (WatchKind::Semaphore, "acquired", false),
+        EventKind::SemaphoreQueued { .. } => (WatchKind::Semaphore, "queued", false),
+        EventKind::SemaphoreReleased { reason, .. } => {
+            (WatchKind::Semaphore, ended(*reason), false)
+        }
+        EventKind::SemaphoreWaitEnded { .. } => (WatchKind::Semaphore, "wait_ended", false),
     }
 }
 
@@ -156,8 +166,12 @@ fn subject(kind: &EventKind) -> Option<&str> {
         EventKind::LeaseCreated { .. } | EventKind::LeaseEnded { .. } => None,
         EventKind::LockAcquired { grant, .. }
         | EventKind::Elected { grant, .. }
-        | EventKind::NameRegistered { grant, .. } => Some(&grant.name),
-        EventKind::LockQueued { name, .. }
+        | EventKind::NameRegistered { grant, .. }
+        | EventKind::SemaphoreAcquired { grant, .. } => Some(&grant.name),
+        EventKind::SemaphoreQueued { name, .. }
+        | EventKind::SemaphoreReleased { name, .. }
+        | EventKind::SemaphoreWaitEnded { name, .. }
+        | EventKind::LockQueued { name, .. }
         | EventKind::LockReleased { name, .. }
         | EventKind::LockWaitEnded { name, .. }
         | EventKind::CandidateQueued { name, .. }
@@ -178,11 +192,26 @@ fn public_data(kind: &EventKind) -> Value {
         EventKind::LeaseEnded { holder, reason, .. } => {
             json!({"holder": holder, "reason": ended(*reason)})
         }
-        EventKind::LockAcquired { grant, .. } => {
+        EventKind::LockAcquired { grant, mode, .. } => {
             json!({"name": grant.name, "token": grant.token, "holder": grant.holder,
-                   "ttl_ms": grant.ttl_ms})
+                   "ttl_ms": grant.ttl_ms, "mode": mode})
         }
-        EventKind::LockQueued { name, .. } | EventKind::CandidateQueued { name, .. } => {
+        EventKind::SemaphoreAcquired {
+            grant,
+            permits,
+            limit,
+            ..
+        } => json!({"name": grant.name, "token": grant.token, "holder": grant.holder,
+                    "ttl_ms": grant.ttl_ms, "permits": permits, "limit": limit}),
+        EventKind::SemaphoreReleased {
+            name,
+            token,
+            permits,
+            reason,
+        } => json!({"name": name, "token": token, "permits": permits, "reason": ended(*reason)}),
+        EventKind::LockQueued { name, .. }
+        | EventKind::CandidateQueued { name, .. }
+        | EventKind::SemaphoreQueued { name, .. } => {
             json!({"name": name})
         }
         EventKind::LockReleased {
@@ -201,7 +230,8 @@ fn public_data(kind: &EventKind) -> Value {
             reason,
         } => json!({"name": name, "token": token, "reason": ended(*reason)}),
         EventKind::LockWaitEnded { name, reason, .. }
-        | EventKind::CampaignEnded { name, reason, .. } => {
+        | EventKind::CampaignEnded { name, reason, .. }
+        | EventKind::SemaphoreWaitEnded { name, reason, .. } => {
             json!({"name": name, "reason": ended(*reason)})
         }
         EventKind::Elected {
@@ -299,6 +329,13 @@ mod tests {
             EventKind::LockAcquired {
                 grant: grant.clone(),
                 waiter: Some(WaiterId(4242)),
+                mode: baton_core::LockMode::Shared,
+            },
+            EventKind::SemaphoreAcquired {
+                grant: grant.clone(),
+                permits: 2,
+                limit: 8,
+                waiter: Some(WaiterId(4243)),
             },
             EventKind::Elected {
                 grant: grant.clone(),
@@ -316,7 +353,7 @@ mod tests {
             let text = text(&event);
             assert!(!text.contains(&shown), "{text}");
             assert!(!text.contains("lease_id"), "{text}");
-            assert!(!text.contains("4242"), "{text}");
+            assert!(!text.contains("4242") && !text.contains("4243"), "{text}");
             assert!(text.starts_with("id: 7\nevent: "), "{text}");
             assert!(text.ends_with("\n\n"), "{text}");
             assert_eq!(text.matches('\n').count(), 4, "{text}");

@@ -258,6 +258,7 @@ impl Supervisor {
                             holder: Some(self.holder.clone()),
                             wait_ms: Some(wait_ms),
                             lock_delay_ms: Some(self.lock_delay.as_millis() as u64),
+                            mode: None,
                         },
                     )
                     .await

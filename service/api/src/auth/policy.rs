@@ -25,6 +25,8 @@ pub enum Kind {
     Name,
     /// Events on the watch stream (`/v1/watch`), any kind.
     Watch,
+    /// Semaphores (`/v1/semaphores`).
+    Semaphore,
 }
 
 impl Kind {
@@ -34,6 +36,7 @@ impl Kind {
             Kind::Election => "elections",
             Kind::Name => "names",
             Kind::Watch => "watch",
+            Kind::Semaphore => "semaphores",
         }
     }
 }
@@ -78,6 +81,9 @@ pub struct Principal {
     /// Name prefixes whose events it may stream from `/v1/watch`.
     #[serde(default)]
     pub watch: Vec<String>,
+    /// Semaphore-name prefixes it may use.
+    #[serde(default)]
+    pub semaphores: Vec<String>,
     /// Its own caps, where they differ from the node's `--max-*` flags.
     #[serde(default)]
     pub quota: QuotaOverrides,
@@ -129,6 +135,7 @@ impl Principal {
             &self.elections,
             &self.names,
             &self.watch,
+            &self.semaphores,
         ) == (
             &other.name,
             other.role,
@@ -136,6 +143,7 @@ impl Principal {
             &other.elections,
             &other.names,
             &other.watch,
+            &other.semaphores,
         )
     }
 
@@ -175,6 +183,7 @@ impl Principal {
             Kind::Election => &self.elections,
             Kind::Name => &self.names,
             Kind::Watch => &self.watch,
+            Kind::Semaphore => &self.semaphores,
         }
     }
 

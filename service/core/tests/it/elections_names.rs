@@ -5,6 +5,7 @@ use baton_core::{
     StateMachine, WaiterId, IDEMPOTENCY_RETENTION_MS, SNAPSHOT_FORMAT,
 };
 
+use crate::legacy_script;
 use crate::support::{lease, Driver};
 
 fn campaign(d: &mut Driver, name: &str, l: LeaseId, candidate: &str, wait: bool) -> Reply {
@@ -264,7 +265,7 @@ fn names_list_by_prefix_with_paging() {
     assert_eq!(d.sm.names("c", None, 100).len(), 0);
     // Lease expiry unregisters everything.
     let out = d.apply(Command::ExpireLease { lease_id: a });
-    let Ok(Reply::LeaseEnded { released }) = out.result else {
+    let Ok(Reply::LeaseClosed(released)) = out.result else {
         panic!()
     };
     assert_eq!(released.names, ["a/1", "a/2", "a/3", "a/4", "a0", "b/1"]);
@@ -376,23 +377,11 @@ fn snapshot_restores_an_identical_state() {
 }
 
 #[test]
-fn the_first_cluster_id_stands_and_survives_snapshots_of_either_format() {
+fn the_first_cluster_id_stands_and_survives_snapshots() {
     let mut d = Driver::default();
     let holder = d.create_lease(1);
     d.grant("before-id", holder);
-    let format1 = {
-        // A format-1 snapshot is today's encoding minus the trailing empty
-        // `lease_owners` and `None` cluster id.
-        let mut bytes = d.sm.to_snapshot();
-        assert_eq!(bytes.pop(), Some(0), "empty lease_owners is the last byte");
-        assert_eq!(bytes.pop(), Some(0), "cluster_id None comes before it");
-        bytes[0] = 1;
-        bytes
-    };
-    let old = StateMachine::from_snapshot(&format1).expect("format 1 still reads");
-    assert_eq!(old, d.sm);
-    assert_eq!(old.cluster_id(), None);
-
+    assert_eq!(d.sm.cluster_id(), None);
     let revision = d.sm.revision();
     let first = d.apply(Command::SetClusterId {
         cluster_id: "first".into(),
@@ -411,14 +400,71 @@ fn the_first_cluster_id_stands_and_survives_snapshots_of_either_format() {
     assert_eq!(d.sm.revision(), revision, "metadata, not a state change");
     let twin = StateMachine::from_snapshot(&d.sm.to_snapshot()).expect("restores");
     assert_eq!(twin.cluster_id(), Some("first"));
+}
 
-    // Format 2 is today's encoding minus the trailing empty `lease_owners`.
-    let mut format2 = d.sm.to_snapshot();
-    assert_eq!(format2.pop(), Some(0));
+/// A snapshot an older build wrote (`data/`, see `legacy_script.rs`).
+fn fixture(file: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/it/data")
+        .join(file);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn a_format_3_snapshot_reads_into_the_state_it_described() {
+    let bytes = fixture("format3.snapshot");
+    assert_eq!(bytes[0], 3, "written by a format-3 build");
+    let restored = StateMachine::from_snapshot(&bytes).expect("format 3 still reads");
+    let replayed = legacy_script::replay(false);
+    assert_eq!(restored, replayed);
+    assert_eq!(restored.cluster_id(), Some("c0ffee"));
+    let queued = restored.lock("db/migrate");
+    assert_eq!((queued.holders.len(), queued.waiters), (1, 1));
+    assert!(restored.lock("cache").delay_until_ms.is_some());
+    // And it goes on exactly like a state that was never stored.
+    let mut twin = Driver {
+        sm: restored,
+        ..Driver::default()
+    };
+    let mut same = Driver {
+        sm: replayed,
+        ..Driver::default()
+    };
+    twin.now_ms = 2_100_000;
+    same.now_ms = 2_100_000;
+    for d in [&mut twin, &mut same] {
+        d.apply(Command::Tick);
+        d.apply(Command::ExpireLease {
+            lease_id: legacy_lease(2),
+        });
+    }
+    assert_eq!(twin.sm, same.sm);
+    assert_eq!(twin.sm.to_snapshot()[0], SNAPSHOT_FORMAT);
+}
+
+fn legacy_lease(n: u128) -> baton_core::LeaseId {
+    baton_core::LeaseId(n)
+}
+
+#[test]
+fn formats_1_and_2_read_as_format_3_without_its_trailing_fields() {
+    // Format 1 lacked `cluster_id` and `lease_owners`, format 2 `lease_owners`:
+    // the bare fixture has neither (`None` and an empty map, a zero byte each).
+    let mut format2 = fixture("format3-bare.snapshot");
+    assert_eq!(
+        format2.pop(),
+        Some(0),
+        "empty lease_owners is the last byte"
+    );
     format2[0] = 2;
-    let old = StateMachine::from_snapshot(&format2).expect("format 2 still reads");
-    assert_eq!(old, d.sm);
-    assert_eq!(old.cluster_id(), Some("first"));
+    let mut format1 = format2.clone();
+    assert_eq!(format1.pop(), Some(0), "cluster_id None comes before it");
+    format1[0] = 1;
+    let bare = legacy_script::replay(true);
+    for bytes in [format1, format2] {
+        let restored = StateMachine::from_snapshot(&bytes).expect("still reads");
+        assert_eq!(restored, bare);
+    }
 }
 
 #[test]

@@ -171,7 +171,7 @@ fn expiring_a_lease_with_five_locks_and_three_waits_releases_everything_at_once(
     assert_eq!(d.sm.lease(big).unwrap().waiting, 3);
     let before = d.sm.revision();
     let out = d.apply(Command::ExpireLease { lease_id: big });
-    let Ok(Reply::LeaseEnded { released }) = &out.result else {
+    let Ok(Reply::LeaseClosed(released)) = &out.result else {
         panic!("{out:?}")
     };
     assert_eq!(released.locks, held);

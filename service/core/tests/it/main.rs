@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod elections_names;
+mod legacy_script;
 mod locks;
 mod properties;
 mod support;

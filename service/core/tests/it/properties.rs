@@ -631,6 +631,12 @@ impl Model {
             }
         }
         match command {
+            Command::AcquireLocks { .. }
+            | Command::AcquirePermits { .. }
+            | Command::ReleasePermits { .. }
+            | Command::CancelPermitWait { .. } => {
+                unreachable!("shared locks and semaphores are modelled in modes.rs")
+            }
             Command::AsPrincipal { principal, command } => self.run_as(principal, command),
             Command::Within {
                 principal: Some(principal),
@@ -986,6 +992,11 @@ fn classify(reply: &Reply) -> MReply {
             names: released.names.clone(),
             elections: released.elections.clone(),
         },
+        Reply::LeaseClosed(released) => MReply::LeaseEnded {
+            locks: released.locks.clone(),
+            names: released.names.clone(),
+            elections: released.elections.clone(),
+        },
         Reply::LockGranted(grant) => MReply::Granted(grant.lease_id.0),
         Reply::LockQueued { lease_id, .. } => MReply::Queued(lease_id.0),
         Reply::LockReleased => MReply::Released,
@@ -998,6 +1009,13 @@ fn classify(reply: &Reply) -> MReply {
         Reply::NameUnregistered => MReply::NameUnregistered,
         Reply::Ticked | Reply::ClusterId { .. } => MReply::Ticked,
         Reply::ForceReleased(_) => MReply::ForceReleased,
+        Reply::LocksGranted(_)
+        | Reply::LocksQueued { .. }
+        | Reply::PermitsGranted(_)
+        | Reply::PermitsQueued { .. }
+        | Reply::PermitsReleased => {
+            unreachable!("shared locks and semaphores are modelled in modes.rs")
+        }
     }
 }
 
@@ -1306,7 +1324,7 @@ impl EventChecks {
                     prop_assert!(self.alive.remove(&lease_id.0), "ended twice: {:?}", event);
                     None
                 }
-                EventKind::LockAcquired { grant, waiter } => {
+                EventKind::LockAcquired { grant, waiter, .. } => {
                     Some((Kind::Lock, grant, waiter.map(|w| w.0)))
                 }
                 EventKind::Elected { grant, waiter, .. } => {

@@ -121,7 +121,7 @@ pub fn grants(out: &Outcome) -> Vec<(String, LeaseId, u64, Option<WaiterId>)> {
     out.events
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::LockAcquired { grant, waiter } => {
+            EventKind::LockAcquired { grant, waiter, .. } => {
                 Some((grant.name.clone(), grant.lease_id, grant.token, *waiter))
             }
             _ => None,
