@@ -103,6 +103,18 @@ impl StateMachine {
         reason: EndReason,
         events: &mut Vec<Event>,
     ) {
+        self.take_leadership(name, reason, events);
+        self.promote_next(SlotKind::Election, name, events);
+    }
+
+    /// Ends the current leadership without electing anyone yet (see
+    /// [`StateMachine::take_lock_holding`]).
+    pub(crate) fn take_leadership(
+        &mut self,
+        name: &str,
+        reason: EndReason,
+        events: &mut Vec<Event>,
+    ) {
         let Some(holding) = self
             .elections
             .get_mut(name)
@@ -118,6 +130,5 @@ impl StateMachine {
                 reason,
             },
         );
-        self.promote_next(SlotKind::Election, name, events);
     }
 }

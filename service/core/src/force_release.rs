@@ -11,6 +11,7 @@ use crate::lease::Attachment;
 use crate::machine::StateMachine;
 use crate::name::validate_name;
 use crate::outcome::{EndReason, Event};
+use crate::queueing::SlotKind;
 use crate::reply::{ForceReleased, Reply};
 use crate::slot::Slot;
 
@@ -74,21 +75,26 @@ impl StateMachine {
             });
         };
         let reason = EndReason::ForceReleased;
+        // Every ended holding goes before the next in line is granted.
+        for (lease_id, _, _) in &ended {
+            match kind {
+                HoldingKind::Lock => self.take_lock_holding(name, *lease_id, reason, events),
+                HoldingKind::Election => self.take_leadership(name, reason, events),
+                HoldingKind::Name => self.end_registration(name, reason, events),
+            }
+        }
+        let (attachment, line) = match kind {
+            HoldingKind::Lock => (Attachment::Lock(name.to_owned()), Some(SlotKind::Lock)),
+            HoldingKind::Election => (
+                Attachment::Leader(name.to_owned()),
+                Some(SlotKind::Election),
+            ),
+            HoldingKind::Name => (Attachment::Name(name.to_owned()), None),
+        };
+        if let Some(line) = line {
+            self.promote_next(line, name, events);
+        }
         for (lease_id, _, _) in ended {
-            let attachment = match kind {
-                HoldingKind::Lock => {
-                    self.end_lock_holding(name, lease_id, reason, events);
-                    Attachment::Lock(name.to_owned())
-                }
-                HoldingKind::Election => {
-                    self.end_leadership(name, reason, events);
-                    Attachment::Leader(name.to_owned())
-                }
-                HoldingKind::Name => {
-                    self.end_registration(name, reason, events);
-                    Attachment::Name(name.to_owned())
-                }
-            };
             self.detach(lease_id, &attachment, events);
         }
         Ok(Reply::ForceReleased(ForceReleased { token, holder }))

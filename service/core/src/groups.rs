@@ -160,7 +160,7 @@ impl StateMachine {
 
     /// The answer to a retry: every lock already held by this lease (its
     /// grants), or a place already taken in one of the lines (that request keeps
-    /// it). Refuses a lease that holds only some of the locks.
+    /// it; a try is refused). Refuses a lease that holds only some of the locks.
     fn retried_group(
         &self,
         locks: &[LockRequest],
@@ -182,7 +182,12 @@ impl StateMachine {
                     grant: self.grant_of(&lock.name, holding),
                     mode: holding.mode,
                 });
-            } else if let (true, Some(queued)) = (may_wait, slot.queued_by(lease_id)) {
+            } else if let Some(queued) = slot.queued_by(lease_id) {
+                // Its place in line answers it; a try of it is refused (a lease
+                // never holds a lock beside its own place in that line).
+                if !may_wait {
+                    return Err(self.lock_blocking(&lock.name));
+                }
                 return Ok(Some(self.queued_group(&lock.name, queued.waiter, lease_id)));
             }
         }

@@ -61,8 +61,9 @@ impl StateMachine {
     }
 
     /// Removes a lease and, in the same step, everything attached to it. Its
-    /// queued requests leave every line first, and only then is anything handed
-    /// on, so no hand-off below can pick a request of the lease that is ending.
+    /// queued requests leave every line and its holdings end before anything is
+    /// handed on, so no hand-off picks a request of the lease that is ending or
+    /// sees some of its holdings still there.
     pub(crate) fn end_lease(
         &mut self,
         lease_id: LeaseId,
@@ -94,14 +95,18 @@ impl StateMachine {
             };
             lines_left.extend(self.drop_waiter(kind, &name, waiter, reason, events));
         }
+        // Every holding ends before anything is handed on: a grant must see the
+        // lease wholly gone (and every lock delay it leaves already started).
         for attachment in holdings {
             match attachment {
                 Attachment::Lock(name) => {
-                    self.end_lock_holding(&name, lease_id, reason, events);
+                    self.take_lock_holding(&name, lease_id, reason, events);
+                    lines_left.push((SlotKind::Lock, name.clone()));
                     released.locks.push(name);
                 }
                 Attachment::Leader(name) => {
-                    self.end_leadership(&name, reason, events);
+                    self.take_leadership(&name, reason, events);
+                    lines_left.push((SlotKind::Election, name.clone()));
                     released.elections.push(name);
                 }
                 Attachment::Name(name) => {
@@ -109,7 +114,8 @@ impl StateMachine {
                     released.names.push(name);
                 }
                 Attachment::Permits(name) => {
-                    self.end_permits(&name, lease_id, reason, events);
+                    self.take_permits(&name, lease_id, reason, events);
+                    lines_left.push((SlotKind::Semaphore, name.clone()));
                     released.semaphores.push(name);
                 }
                 Attachment::LockWait(..)

@@ -67,6 +67,20 @@ impl StateMachine {
         reason: EndReason,
         events: &mut Vec<Event>,
     ) {
+        self.take_lock_holding(name, lease_id, reason, events);
+        self.promote_next(SlotKind::Lock, name, events);
+    }
+
+    /// Ends the holding of `lease_id` and starts the lock delay if its lease
+    /// expired, without handing the lock on: an ending lease hands on only
+    /// once all of its holdings have ended, so that no grant sees it half gone.
+    pub(crate) fn take_lock_holding(
+        &mut self,
+        name: &str,
+        lease_id: LeaseId,
+        reason: EndReason,
+        events: &mut Vec<Event>,
+    ) {
         let clock = self.clock_ms;
         let Some(slot) = self.locks.get_mut(name) else {
             return;
@@ -95,7 +109,6 @@ impl StateMachine {
                 reason,
             },
         );
-        self.promote_next(SlotKind::Lock, name, events);
     }
 
     /// Ends a lock delay that has passed, handing the lock to the waiters in line.

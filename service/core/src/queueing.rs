@@ -357,8 +357,14 @@ impl StateMachine {
                 let grant = self.grant_of(name, held);
                 return Ok(kind.granted(grant, held, slot.limit));
             }
-            if let (Some(_), Some(queued)) = (waiter, slot.queued_by(lease_id)) {
-                return Ok(kind.queued(slot, queued.waiter, lease_id, &self.leases));
+            // A lease that waits in this line already is answered with its
+            // place, and a try of it is refused: one lease never holds a slot
+            // twice, nor beside its own place in line.
+            if let Some(queued) = slot.queued_by(lease_id) {
+                return match waiter {
+                    Some(_) => Ok(kind.queued(slot, queued.waiter, lease_id, &self.leases)),
+                    None => Err(kind.taken(slot, &self.leases)),
+                };
             }
         }
         let mode = LockMode::Exclusive;
@@ -437,7 +443,8 @@ impl StateMachine {
     }
 
     /// Adds `taker` to the holders at a fresh token (the revision of its event).
-    /// `limit` is a new semaphore's limit (ignored once the slot has one).
+    /// `limit` is the limit a semaphore claim states (0 for a grant from the line,
+    /// a lock or an election).
     pub(crate) fn hold(
         &mut self,
         kind: SlotKind,
@@ -468,7 +475,9 @@ impl StateMachine {
         };
         let (slots, _) = kind.slots_mut(self);
         let slot = slots.entry(name.to_owned()).or_default();
-        if slot.holders.is_empty() && slot.queue.is_empty() {
+        // Only a claim names a limit (and only one that matches, once the
+        // semaphore exists); a grant from the line keeps the one that stands.
+        if limit > 0 {
             slot.limit = limit;
         }
         let limit = slot.limit;

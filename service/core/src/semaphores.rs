@@ -77,6 +77,19 @@ impl StateMachine {
         reason: EndReason,
         events: &mut Vec<Event>,
     ) {
+        self.take_permits(name, lease_id, reason, events);
+        self.promote_next(SlotKind::Semaphore, name, events);
+    }
+
+    /// Ends the holding of `lease_id` without handing the permits on (see
+    /// [`StateMachine::take_lock_holding`]).
+    pub(crate) fn take_permits(
+        &mut self,
+        name: &str,
+        lease_id: LeaseId,
+        reason: EndReason,
+        events: &mut Vec<Event>,
+    ) {
         let Some(holding) = self
             .semaphores
             .get_mut(name)
@@ -93,6 +106,5 @@ impl StateMachine {
                 reason,
             },
         );
-        self.promote_next(SlotKind::Semaphore, name, events);
     }
 }

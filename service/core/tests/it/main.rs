@@ -6,5 +6,6 @@
 mod elections_names;
 mod legacy_script;
 mod locks;
+mod modes;
 mod properties;
 mod support;
