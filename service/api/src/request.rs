@@ -161,20 +161,26 @@ pub struct ReadQuery {
 
 /// Waits as the read query asks, before reading the state.
 pub async fn settle_read(state: &ApiState, query: &ReadQuery) -> Result<(), ApiError> {
+    // Checked before min_revision is looked at: with both given, a bad
+    // consistency used to pass unchecked (schemathesis, GET /v1/semaphores).
+    let linearizable = match query.consistency.as_deref() {
+        None | Some("linearizable") => true,
+        Some("local") => false,
+        Some(other) => {
+            return Err(ApiError::InvalidQuery(format!(
+                "consistency must be 'linearizable' or 'local', got '{other}'"
+            )))
+        }
+    };
     if let Some(revision) = query.min_revision {
         state
             .node
             .wait_for_revision(revision, Duration::from_secs(3))
             .await?;
-        return Ok(());
+    } else if linearizable {
+        state.node.linearizable().await?;
     }
-    match query.consistency.as_deref() {
-        None | Some("linearizable") => Ok(state.node.linearizable().await?),
-        Some("local") => Ok(()),
-        Some(other) => Err(ApiError::InvalidQuery(format!(
-            "consistency must be 'linearizable' or 'local', got '{other}'"
-        ))),
-    }
+    Ok(())
 }
 
 /// Paging parameters of list endpoints (the `baton` client sends this type too).

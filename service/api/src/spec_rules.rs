@@ -229,10 +229,13 @@ fn bound_parameter(param: &mut Value) {
         (Some("query"), Some("bookmark_ms")) => {
             json!({"type": "integer", "minimum": 100, "maximum": 10000})
         }
-        (Some("query"), Some("kinds")) => json!({
-            "type": "string",
-            "pattern": "^((lock|election|name|lease)(,(lock|election|name|lease))*)?$"
-        }),
+        // From the kinds the watch accepts, so a new kind cannot be left out.
+        (Some("query"), Some("kinds")) => {
+            let kinds = baton_raft::WatchKind::ALL
+                .map(|kind| kind.as_str())
+                .join("|");
+            json!({"type": "string", "pattern": format!("^(({kinds})(,({kinds}))*)?$")})
+        }
         (Some("path"), Some("id")) => json!({"type": "integer", "format": "uint64", "minimum": 1}),
         (Some("header"), Some("Last-Event-ID")) => json!({
             "type": "integer", "format": "uint64", "minimum": 0, "maximum": u64::MAX

@@ -40,8 +40,8 @@ pub struct WatchQuery {
     /// (lease events have no name and are left out when a prefix is given).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
-    /// Comma-separated resource kinds: `lock`, `election`, `name`, `lease`
-    /// (default: all).
+    /// Comma-separated resource kinds: `lock`, `election`, `name`, `lease`,
+    /// `semaphore` (default: all).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kinds: Option<String>,
     /// Send the changes after this revision (default: only new ones). A
@@ -101,9 +101,8 @@ fn parse_kinds(text: Option<&str>) -> Result<Vec<WatchKind>, ApiError> {
     text.split(',')
         .map(|part| {
             WatchKind::parse(part.trim()).ok_or_else(|| {
-                ApiError::InvalidQuery(format!(
-                    "kinds: unknown kind '{part}' (lock, election, name, lease)"
-                ))
+                let known = WatchKind::ALL.map(|kind| kind.as_str()).join(", ");
+                ApiError::InvalidQuery(format!("kinds: unknown kind '{part}' ({known})"))
             })
         })
         .collect()

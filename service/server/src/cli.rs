@@ -40,6 +40,10 @@ pub enum Command {
     /// Run a command while holding a lock: `baton lock NAME -- CMD ARGS...`
     /// (stopped if the lock is lost; exit 75: not acquired in time, 76: lost).
     Lock(crate::client_cli::LockCommand),
+    /// Run a command while holding permits of a counting semaphore ("at most
+    /// N at a time"): `baton semaphore NAME --limit N -- CMD ARGS...` (exit
+    /// codes as for `lock`).
+    Semaphore(crate::client_cli::SemaphoreCommand),
     /// Run a command only while leader of an election, or `--observe` it.
     Elect(crate::client_cli::ElectCommand),
     /// Inspect locks; admins force-release them.

@@ -16,6 +16,7 @@ use baton_api::locks::{
 use baton_api::members::{AddMemberBody, MembershipChanged};
 use baton_api::names::{NameInfo, NamePage, RegisterBody, Registered};
 pub use baton_api::request::ListQuery;
+use baton_api::semaphores::{PermitsGranted, PermitsRenewed, SemaphoreAcquireBody};
 use reqwest::{Method, RequestBuilder, Response};
 use serde::de::DeserializeOwned;
 
@@ -242,6 +243,44 @@ impl Client {
         body: &HolderBody,
     ) -> Result<LockReleased, ClientError> {
         let path = format!("/v1/locks/{}:release", encode(name));
+        self.call(self.request(Method::POST, &path).json(body))
+            .await
+    }
+
+    /// `POST /v1/semaphores/{name}:acquire` (waits server-side up to `wait_ms`).
+    pub async fn acquire_permits(
+        &self,
+        name: &str,
+        body: &SemaphoreAcquireBody,
+    ) -> Result<PermitsGranted, ClientError> {
+        let path = format!("/v1/semaphores/{}:acquire", encode(name));
+        self.call(self.request(Method::POST, &path).json(body))
+            .await
+    }
+
+    /// `POST /v1/semaphores/{name}:renew`, answered within `timeout` or refused.
+    pub async fn renew_permits(
+        &self,
+        name: &str,
+        body: &HolderBody,
+        timeout: Duration,
+    ) -> Result<PermitsRenewed, ClientError> {
+        let path = format!("/v1/semaphores/{}:renew", encode(name));
+        self.call(
+            self.request(Method::POST, &path)
+                .json(body)
+                .timeout(timeout),
+        )
+        .await
+    }
+
+    /// `POST /v1/semaphores/{name}:release`.
+    pub async fn release_permits(
+        &self,
+        name: &str,
+        body: &HolderBody,
+    ) -> Result<LockReleased, ClientError> {
+        let path = format!("/v1/semaphores/{}:release", encode(name));
         self.call(self.request(Method::POST, &path).json(body))
             .await
     }

@@ -80,7 +80,7 @@ impl ClientOptions {
 /// `baton lock` and `baton elect`: what to hold and how.
 #[derive(Debug, Clone, Args)]
 pub struct HoldArgs {
-    /// Lock or election name (may contain `/`).
+    /// Lock, semaphore or election name (may contain `/`).
     pub name: String,
     /// TTL of the lease the holding hangs on.
     #[arg(long, default_value_t = 15_000)]
@@ -126,7 +126,7 @@ impl HoldArgs {
     }
 }
 
-/// `baton lock NAME [-- CMD ...]`.
+/// `baton lock NAME [--shared] [-- CMD ...]`.
 #[derive(Debug, Clone, Args)]
 pub struct LockCommand {
     /// Server and output.
@@ -135,6 +135,30 @@ pub struct LockCommand {
     /// What to hold.
     #[command(flatten)]
     pub hold: HoldArgs,
+    /// Hold the lock shared (a reader: other shared holders may hold it at the
+    /// same time, an exclusive one waits for all of them; a queued exclusive
+    /// request blocks later shared ones).
+    #[arg(long)]
+    pub shared: bool,
+}
+
+/// `baton semaphore NAME --limit N [--permits P] [-- CMD ...]`.
+#[derive(Debug, Clone, Args)]
+pub struct SemaphoreCommand {
+    /// Server and output.
+    #[command(flatten)]
+    pub client: ClientOptions,
+    /// What to hold.
+    #[command(flatten)]
+    pub hold: HoldArgs,
+    /// The semaphore's number of permits (1 to 1000000). The first acquirer's
+    /// limit stands while anyone holds or waits; another is refused (exit 1,
+    /// limit_mismatch).
+    #[arg(long)]
+    pub limit: u32,
+    /// Permits to take (1 to the limit).
+    #[arg(long, default_value_t = 1)]
+    pub permits: u32,
 }
 
 /// `baton elect NAME [-- CMD ...]` or `baton elect NAME --observe`.

@@ -277,8 +277,12 @@ async fn hold(
     args: client_cli::HoldArgs,
     target: Target,
 ) -> ExitCode {
-    if target == Target::Lock && args.value.is_some() {
+    if target != Target::Election && args.value.is_some() {
         eprintln!("baton: --value is for elections (baton elect)");
+        return ExitCode::from(2);
+    }
+    if matches!(target, Target::Semaphore { .. }) && args.lock_delay_ms.is_some() {
+        eprintln!("baton: --lock-delay-ms is for locks (semaphores have no lock delay)");
         return ExitCode::from(2);
     }
     match options.client() {
@@ -303,7 +307,19 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Auth(command) => auth_cli::run(&command)?,
         Command::Dev(DevCommand::Cluster(args)) => dev_cluster::run(args).await?,
         Command::Dev(DevCommand::Certs(args)) => dev_certs::run(&args)?,
-        Command::Lock(command) => return Ok(hold(command.client, command.hold, Target::Lock).await),
+        Command::Lock(command) => {
+            let target = Target::Lock {
+                shared: command.shared,
+            };
+            return Ok(hold(command.client, command.hold, target).await);
+        }
+        Command::Semaphore(command) => {
+            let target = Target::Semaphore {
+                limit: command.limit,
+                permits: command.permits,
+            };
+            return Ok(hold(command.client, command.hold, target).await);
+        }
         Command::Elect(command) if command.observe => {
             return Ok(match command.client.client() {
                 Ok(client) => {

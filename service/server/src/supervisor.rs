@@ -1,10 +1,11 @@
-//! `baton lock` and `baton elect`: hold a lock (or an election) and run a
-//! command only while it is held.
+//! `baton lock`, `baton semaphore` and `baton elect`: hold a lock (exclusive
+//! or shared), permits of a semaphore, or an election, and run a command only
+//! while it is held.
 //!
 //! The rules that make this safe, and that `etcdctl lock` and `consul lock`
 //! lack (README.md, "Running a command under a lock"):
-//! - the holding is checked every ttl/3 (`:renew` for a lock, a keepalive and a
-//!   leader check for an election), and it counts as lost when a check is
+//! - the holding is checked every ttl/3 (`:renew` for a lock or a semaphore,
+//!   a keepalive and a leader check for an election), and it counts as lost when a check is
 //!   refused, or when no check has succeeded by `send time + ttl - grace`, so
 //!   the child is stopped before the server can expire the lease;
 //! - on loss the child's process group gets SIGTERM, then SIGKILL after the
@@ -19,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use baton_api::elections::{CampaignBody, ResignBody};
 use baton_api::leases::CreateLeaseBody;
-use baton_api::locks::{AcquireBody, HolderBody};
+use baton_api::locks::{AcquireBody, HolderBody, Mode};
+use baton_api::semaphores::SemaphoreAcquireBody;
 use rustix::process::{Pid, Signal as Sig};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -37,8 +39,18 @@ const SMALL_WAIT_CHUNK_MS: u64 = 30_000;
 /// What is held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
-    /// A lock (`baton lock`).
-    Lock,
+    /// A lock (`baton lock`, `--shared` for a reader).
+    Lock {
+        /// Held shared rather than exclusive.
+        shared: bool,
+    },
+    /// Permits of a counting semaphore (`baton semaphore`).
+    Semaphore {
+        /// The semaphore's limit.
+        limit: u32,
+        /// Permits to hold.
+        permits: u32,
+    },
     /// An election (`baton elect`).
     Election,
 }
@@ -46,7 +58,8 @@ pub enum Target {
 impl Target {
     fn noun(self) -> &'static str {
         match self {
-            Target::Lock => "lock",
+            Target::Lock { .. } => "lock",
+            Target::Semaphore { .. } => "permits of semaphore",
             Target::Election => "leadership of",
         }
     }
@@ -77,7 +90,7 @@ struct Holding {
     token: u64,
 }
 
-/// Runs `baton lock` / `baton elect`: returns the exit code.
+/// Runs `baton lock` / `baton semaphore` / `baton elect`: returns the exit code.
 pub async fn run(client: Client, target: Target, args: HoldArgs, output: Output) -> ExitCode {
     match Supervisor::new(client, target, args) {
         Ok(supervisor) => supervisor.run(output).await,
@@ -115,7 +128,7 @@ impl Supervisor {
             args.lock_delay_ms
                 .unwrap_or(args.kill_grace_ms.saturating_add(1_000)),
         );
-        if target == Target::Lock && lock_delay < grace {
+        if matches!(target, Target::Lock { .. }) && lock_delay < grace {
             return Err("--lock-delay-ms must be at least --kill-grace-ms".into());
         }
         let holder = args.holder.clone().unwrap_or_else(default_holder);
@@ -248,7 +261,7 @@ impl Supervisor {
             let wait_ms = (remaining.as_millis() as u64).min(chunk);
             let asked = Instant::now();
             let answer = match self.target {
-                Target::Lock => self
+                Target::Lock { shared } => self
                     .client
                     .acquire(
                         &self.args.name,
@@ -258,7 +271,22 @@ impl Supervisor {
                             holder: Some(self.holder.clone()),
                             wait_ms: Some(wait_ms),
                             lock_delay_ms: Some(self.lock_delay.as_millis() as u64),
-                            mode: None,
+                            mode: shared.then_some(Mode::Shared),
+                        },
+                    )
+                    .await
+                    .map(|grant| (grant.token, serde_json::to_value(grant).unwrap_or_default())),
+                Target::Semaphore { limit, permits } => self
+                    .client
+                    .acquire_permits(
+                        &self.args.name,
+                        &SemaphoreAcquireBody {
+                            limit,
+                            permits: Some(permits),
+                            lease_id: Some(lease_id.to_owned()),
+                            ttl_ms: None,
+                            holder: Some(self.holder.clone()),
+                            wait_ms: Some(wait_ms),
                         },
                     )
                     .await
@@ -285,7 +313,12 @@ impl Supervisor {
             };
             match answer {
                 Ok(granted) => return Ok(granted),
-                Err(error) if matches!(error.code(), Some("lock_held" | "not_elected")) => {
+                Err(error)
+                    if matches!(
+                        error.code(),
+                        Some("lock_held" | "not_elected" | "semaphore_full")
+                    ) =>
+                {
                     let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
                     if out_of_time {
                         return Err(Obtain::NotAcquired(error));
@@ -377,8 +410,9 @@ impl Supervisor {
 
     fn successor_delay(&self) -> Duration {
         match self.target {
-            Target::Lock => self.lock_delay,
-            Target::Election => Duration::ZERO,
+            Target::Lock { .. } => self.lock_delay,
+            // Neither has a lock delay: a successor may come at the expiry.
+            Target::Semaphore { .. } | Target::Election => Duration::ZERO,
         }
     }
 
@@ -391,7 +425,8 @@ impl Supervisor {
             .env("BATON_FENCING_TOKEN", holding.token.to_string())
             .env_remove("BATON_LEASE_ID");
         match self.target {
-            Target::Lock => command.env("BATON_LOCK_NAME", &self.args.name),
+            Target::Lock { .. } => command.env("BATON_LOCK_NAME", &self.args.name),
+            Target::Semaphore { .. } => command.env("BATON_SEMAPHORE_NAME", &self.args.name),
             Target::Election => command.env("BATON_ELECTION_NAME", &self.args.name),
         };
         if self.args.export_lease_id {
@@ -416,13 +451,27 @@ impl Supervisor {
         };
         match (output, self.target) {
             (Output::Json, _) => println!("{answer}"),
-            (Output::Table, Target::Lock) => {
-                let mut table =
-                    crate::table::Table::new(&["NAME", "TOKEN", "LEASE", "HOLDER", "REVISION"]);
+            (Output::Table, Target::Lock { .. }) => {
+                let mut table = crate::table::Table::new(&[
+                    "NAME", "MODE", "TOKEN", "LEASE", "HOLDER", "REVISION",
+                ]);
                 table.row(
-                    ["name", "token", "lease_id", "holder", "revision"]
+                    ["name", "mode", "token", "lease_id", "holder", "revision"]
                         .map(text)
                         .to_vec(),
+                );
+                print!("{table}");
+            }
+            (Output::Table, Target::Semaphore { .. }) => {
+                let mut table = crate::table::Table::new(&[
+                    "NAME", "PERMITS", "LIMIT", "TOKEN", "LEASE", "HOLDER", "REVISION",
+                ]);
+                table.row(
+                    [
+                        "name", "permits", "limit", "token", "lease_id", "holder", "revision",
+                    ]
+                    .map(text)
+                    .to_vec(),
                 );
                 print!("{table}");
             }
@@ -443,7 +492,12 @@ impl Supervisor {
             token: holding.token,
         };
         let released = match self.target {
-            Target::Lock => self.client.release(&self.args.name, &body).await.map(drop),
+            Target::Lock { .. } => self.client.release(&self.args.name, &body).await.map(drop),
+            Target::Semaphore { .. } => self
+                .client
+                .release_permits(&self.args.name, &body)
+                .await
+                .map(drop),
             Target::Election => self
                 .client
                 .resign(
@@ -459,7 +513,7 @@ impl Supervisor {
         if let Err(error) = released {
             if !matches!(
                 error.code(),
-                Some("lock_lost" | "not_leader" | "lease_not_found")
+                Some("lock_lost" | "permits_lost" | "not_leader" | "lease_not_found")
             ) {
                 eprintln!("baton: releasing {}: {error}", self.args.name);
             }
@@ -536,13 +590,24 @@ async fn check(
     timeout: Duration,
 ) -> Result<(), Check> {
     match (target, token) {
-        (Target::Lock, Some(token)) => {
+        (Target::Lock { .. }, Some(token)) => {
             let body = HolderBody {
                 lease_id: lease_id.to_owned(),
                 token,
             };
             client
                 .renew(name, &body, timeout)
+                .await
+                .map(drop)
+                .map_err(classify)
+        }
+        (Target::Semaphore { .. }, Some(token)) => {
+            let body = HolderBody {
+                lease_id: lease_id.to_owned(),
+                token,
+            };
+            client
+                .renew_permits(name, &body, timeout)
                 .await
                 .map(drop)
                 .map_err(classify)
@@ -723,8 +788,14 @@ mod tests {
             value: None,
             command: vec![],
         };
-        assert!(Supervisor::new(client.clone(), Target::Lock, args(2_000, 1_001)).is_err());
-        let supervisor = Supervisor::new(client, Target::Lock, args(2_000, 500)).expect("valid");
+        assert!(Supervisor::new(
+            client.clone(),
+            Target::Lock { shared: false },
+            args(2_000, 1_001)
+        )
+        .is_err());
+        let supervisor = Supervisor::new(client, Target::Lock { shared: false }, args(2_000, 500))
+            .expect("valid");
         assert_eq!(supervisor.lock_delay, Duration::from_millis(1_500));
     }
 }

@@ -306,6 +306,22 @@ async fn malformed_requests_get_documented_errors() {
             400,
             "invalid_name",
         ),
+        // schemathesis (stateful phase): with min_revision given, consistency
+        // went unchecked on every read.
+        (
+            "GET",
+            "/v1/semaphores?min_revision=0&consistency=a%0Ab".into(),
+            "".into(),
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            "/v1/locks/x?min_revision=0&consistency=bogus".into(),
+            "".into(),
+            400,
+            "invalid_query",
+        ),
         (
             "POST",
             "/v1/semaphores/s:acquire".into(),
