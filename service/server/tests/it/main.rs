@@ -4,5 +4,6 @@
 
 mod cluster;
 mod harness;
+mod modes_cluster;
 mod process;
 mod watch_process;
