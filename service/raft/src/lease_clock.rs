@@ -6,8 +6,12 @@
 //! leader (in every new term) restarts every lease's deadline at a full TTL, so a
 //! leader change never shortens a lease (etcd's rule); an expiry carries the term
 //! it was decided in, and the log applies it only in that term.
+//!
+//! Deadlines are kept in order (`due`), so a tick costs what expires, not what
+//! lives: it used to scan every lease every 50 ms under the mutex keepalives and
+//! apply take too (issue 19), which at a million leases is most of a core.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -26,6 +30,27 @@ struct Deadline {
     retry_at: Option<Instant>,
 }
 
+impl Deadline {
+    fn starting(now: Instant, ttl: Duration) -> Deadline {
+        Deadline {
+            at: now + ttl,
+            ttl,
+            expiring: false,
+            retry_at: None,
+        }
+    }
+
+    /// When this lease is next due for an expiry proposal: its deadline, or
+    /// the retry of a failed proposal; `None` while a proposal is in flight.
+    fn due_at(&self) -> Option<Instant> {
+        if self.expiring {
+            self.retry_at
+        } else {
+            Some(self.at)
+        }
+    }
+}
+
 /// The deadlines of one leadership term.
 #[derive(Default)]
 struct Deadlines {
@@ -33,6 +58,30 @@ struct Deadlines {
     /// from them carries it, and the log applies it only in that term.
     term: u64,
     leases: HashMap<LeaseId, Deadline>,
+    /// Every lease with a `due_at`, ordered by it (one entry per lease).
+    due: BTreeSet<(Instant, LeaseId)>,
+}
+
+impl Deadlines {
+    /// Inserts or replaces a lease's deadline, keeping `due` in step.
+    fn set(&mut self, lease_id: LeaseId, deadline: Deadline) {
+        if let Some(old) = self.leases.insert(lease_id, deadline) {
+            if let Some(at) = old.due_at() {
+                self.due.remove(&(at, lease_id));
+            }
+        }
+        if let Some(at) = deadline.due_at() {
+            self.due.insert((at, lease_id));
+        }
+    }
+
+    fn remove(&mut self, lease_id: LeaseId) {
+        if let Some(old) = self.leases.remove(&lease_id) {
+            if let Some(at) = old.due_at() {
+                self.due.remove(&(at, lease_id));
+            }
+        }
+    }
 }
 
 /// Lease id -> deadline, for the term this node leads.
@@ -66,22 +115,15 @@ impl LeaseClock {
                 EventKind::LeaseCreated {
                     lease_id, ttl_ms, ..
                 } => {
-                    let ttl = Duration::from_millis(*ttl_ms);
-                    deadlines.get_or_insert_with(|| self.lock()).leases.insert(
-                        *lease_id,
-                        Deadline {
-                            at: now + ttl,
-                            ttl,
-                            expiring: false,
-                            retry_at: None,
-                        },
-                    );
+                    let deadline = Deadline::starting(now, Duration::from_millis(*ttl_ms));
+                    deadlines
+                        .get_or_insert_with(|| self.lock())
+                        .set(*lease_id, deadline);
                 }
                 EventKind::LeaseEnded { lease_id, .. } => {
                     deadlines
                         .get_or_insert_with(|| self.lock())
-                        .leases
-                        .remove(lease_id);
+                        .remove(*lease_id);
                 }
                 _ => {}
             }
@@ -93,18 +135,14 @@ impl LeaseClock {
     pub fn reset_all(&self, state: &StateMachine, term: u64) {
         let now = Instant::now();
         let mut deadlines = self.lock();
-        deadlines.term = term;
-        deadlines.leases.clear();
+        *deadlines = Deadlines {
+            term,
+            ..Deadlines::default()
+        };
         for (lease_id, ttl_ms) in state.leases() {
-            let ttl = Duration::from_millis(ttl_ms);
-            deadlines.leases.insert(
+            deadlines.set(
                 lease_id,
-                Deadline {
-                    at: now + ttl,
-                    ttl,
-                    expiring: false,
-                    retry_at: None,
-                },
+                Deadline::starting(now, Duration::from_millis(ttl_ms)),
             );
         }
     }
@@ -114,11 +152,12 @@ impl LeaseClock {
     /// keepalive acknowledged now would promise a lease that is about to end.
     pub fn keep_alive(&self, lease_id: LeaseId) -> Option<Duration> {
         let mut deadlines = self.lock();
-        let deadline = deadlines.leases.get_mut(&lease_id)?;
+        let deadline = *deadlines.leases.get(&lease_id)?;
         if deadline.expiring {
             return None;
         }
-        deadline.at = Instant::now() + deadline.ttl;
+        let moved = Deadline::starting(Instant::now(), deadline.ttl);
+        deadlines.set(lease_id, moved);
         Some(deadline.ttl)
     }
 
@@ -134,25 +173,29 @@ impl LeaseClock {
         self.lock().term
     }
 
-    /// Leases past their deadline whose expiry is not in flight (new ones, and
-    /// failed proposals due for another try), with the term of the decision;
-    /// marks them as being expired.
-    pub fn take_expired(&self) -> Expired {
+    /// At most `max` leases past their deadline whose expiry is not in flight
+    /// (new ones, and failed proposals due for another try), the most overdue
+    /// first, with the term of the decision; marks them as being expired. The
+    /// rest stay due for the next call: the bound keeps an expiry storm (a
+    /// fleet's leases ending in one second) from flooding the proposer.
+    pub fn take_expired(&self, max: usize) -> Expired {
         let now = Instant::now();
         let mut deadlines = self.lock();
         let term = deadlines.term;
         let mut expired = Vec::new();
-        for (lease_id, deadline) in deadlines.leases.iter_mut() {
-            let due = if deadline.expiring {
-                deadline.retry_at.is_some_and(|at| at <= now)
-            } else {
-                deadline.at <= now
+        while expired.len() < max {
+            let Some(&(at, lease_id)) = deadlines.due.first() else {
+                break;
             };
-            if due {
+            if at > now {
+                break;
+            }
+            deadlines.due.pop_first();
+            if let Some(deadline) = deadlines.leases.get_mut(&lease_id) {
                 deadline.expiring = true;
                 deadline.retry_at = None;
-                expired.push(*lease_id);
             }
+            expired.push(lease_id);
         }
         Expired {
             term,
@@ -169,8 +212,12 @@ impl LeaseClock {
         if deadlines.term != term {
             return;
         }
-        if let Some(deadline) = deadlines.leases.get_mut(&lease_id) {
-            deadline.retry_at = Some(Instant::now() + Duration::from_secs(1));
+        if let Some(&deadline) = deadlines.leases.get(&lease_id) {
+            let retry = Deadline {
+                retry_at: Some(Instant::now() + Duration::from_secs(1)),
+                ..deadline
+            };
+            deadlines.set(lease_id, retry);
         }
     }
 
@@ -206,26 +253,26 @@ mod tests {
         let clock = LeaseClock::default();
         clock.on_events(&[created(1, 1_000)]);
         tokio::time::advance(Duration::from_millis(900)).await;
-        assert!(clock.take_expired().leases.is_empty());
+        assert!(clock.take_expired(usize::MAX).leases.is_empty());
         assert_eq!(
             clock.keep_alive(LeaseId(1)),
             Some(Duration::from_millis(1_000))
         );
         tokio::time::advance(Duration::from_millis(999)).await;
-        assert!(clock.take_expired().leases.is_empty());
+        assert!(clock.take_expired(usize::MAX).leases.is_empty());
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(clock.take_expired().leases, vec![LeaseId(1)]);
+        assert_eq!(clock.take_expired(usize::MAX).leases, vec![LeaseId(1)]);
         assert!(
-            clock.take_expired().leases.is_empty(),
+            clock.take_expired(usize::MAX).leases.is_empty(),
             "an expiry is proposed once"
         );
         clock.expiry_failed(0, LeaseId(1));
         assert!(
-            clock.take_expired().leases.is_empty(),
+            clock.take_expired(usize::MAX).leases.is_empty(),
             "retried after a pause"
         );
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(clock.take_expired().leases, vec![LeaseId(1)]);
+        assert_eq!(clock.take_expired(usize::MAX).leases, vec![LeaseId(1)]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -252,9 +299,9 @@ mod tests {
             Some(Duration::from_millis(2_000))
         );
         tokio::time::advance(Duration::from_millis(1_999)).await;
-        assert!(clock.take_expired().leases.is_empty());
+        assert!(clock.take_expired(usize::MAX).leases.is_empty());
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(clock.take_expired().leases, vec![LeaseId(7)]);
+        assert_eq!(clock.take_expired(usize::MAX).leases, vec![LeaseId(7)]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -281,7 +328,7 @@ mod tests {
         let clock = LeaseClock::default();
         clock.on_events(&[created(1, 1_000)]);
         tokio::time::advance(Duration::from_millis(1_001)).await;
-        assert_eq!(clock.take_expired().leases, vec![LeaseId(1)]);
+        assert_eq!(clock.take_expired(usize::MAX).leases, vec![LeaseId(1)]);
         assert_eq!(
             clock.keep_alive(LeaseId(1)),
             None,
@@ -291,9 +338,9 @@ mod tests {
         // expiry is proposed again a second later.
         clock.expiry_failed(0, LeaseId(1));
         assert_eq!(clock.keep_alive(LeaseId(1)), None);
-        assert!(clock.take_expired().leases.is_empty());
+        assert!(clock.take_expired(usize::MAX).leases.is_empty());
         tokio::time::advance(Duration::from_millis(1_001)).await;
-        assert_eq!(clock.take_expired().leases, vec![LeaseId(1)]);
+        assert_eq!(clock.take_expired(usize::MAX).leases, vec![LeaseId(1)]);
     }
 
     /// Chaos finding 7: an expiry decided in one term must never be applied in
@@ -318,7 +365,7 @@ mod tests {
         let clock = LeaseClock::default();
         clock.reset_all(&state, 4);
         tokio::time::advance(Duration::from_millis(1_001)).await;
-        let decided = clock.take_expired();
+        let decided = clock.take_expired(usize::MAX);
         assert_eq!(
             decided,
             Expired {
@@ -351,5 +398,52 @@ mod tests {
             "{late:?}"
         );
         assert_eq!(state.lease_ttl_ms(LeaseId(1)), Some(1_000));
+    }
+
+    /// Issue 19: a tick takes what is due in deadline order, at most `max` of
+    /// it, and leaves the rest due for the next tick.
+    #[tokio::test(start_paused = true)]
+    async fn a_tick_takes_at_most_max_leases_the_most_overdue_first() {
+        let clock = LeaseClock::default();
+        let events: Vec<Event> = (1..=5)
+            .map(|id| created(id, 1_000 + 10 * (6 - id) as u64))
+            .collect();
+        clock.on_events(&events);
+        tokio::time::advance(Duration::from_millis(2_000)).await;
+        assert_eq!(clock.take_expired(2).leases, vec![LeaseId(5), LeaseId(4)]);
+        assert_eq!(
+            clock.take_expired(10).leases,
+            vec![LeaseId(3), LeaseId(2), LeaseId(1)]
+        );
+        assert!(clock.take_expired(10).leases.is_empty());
+        assert_eq!(clock.take_expired(0).leases, Vec::<LeaseId>::new());
+    }
+
+    /// A keepalive moves the lease to its new place in the order: its old
+    /// deadline no longer counts.
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_alive_lease_is_due_at_its_new_deadline_only() {
+        let clock = LeaseClock::default();
+        clock.on_events(&[created(1, 1_000), created(2, 1_500)]);
+        tokio::time::advance(Duration::from_millis(900)).await;
+        assert!(clock.keep_alive(LeaseId(1)).is_some());
+        tokio::time::advance(Duration::from_millis(700)).await;
+        assert_eq!(clock.take_expired(10).leases, vec![LeaseId(2)]);
+        tokio::time::advance(Duration::from_millis(299)).await;
+        assert!(clock.take_expired(10).leases.is_empty());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(clock.take_expired(10).leases, vec![LeaseId(1)]);
+        // An ended lease leaves the order too.
+        clock.on_events(&[created(3, 1_000)]);
+        clock.on_events(&[Event {
+            revision: 9,
+            kind: EventKind::LeaseEnded {
+                lease_id: LeaseId(3),
+                holder: String::new(),
+                reason: baton_core::EndReason::Revoked,
+            },
+        }]);
+        tokio::time::advance(Duration::from_millis(2_000)).await;
+        assert!(clock.take_expired(10).leases.is_empty());
     }
 }
