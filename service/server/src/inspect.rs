@@ -479,15 +479,31 @@ pub async fn observe(client: &Client, name: &str, output: Output) -> ExitCode {
     }
 }
 
-/// Prints each event (bookmarks only in JSON) until the stream ends.
+/// Prints each event (bookmarks only in JSON) until the stream ends, or until
+/// SIGINT, SIGTERM or SIGHUP (exit 0: the way to end a watch). The signals are
+/// handled, not left to their default action: a process started in the
+/// background by a non-interactive shell inherits SIGINT ignored, and such a
+/// `baton watch` never ended on Ctrl-C's signal (found by `make test` run from
+/// a background job: four CLI tests waited forever).
 async fn follow(
     mut stream: EventStream,
     output: Output,
     describe: fn(&Event, &Value) -> String,
 ) -> ExitCode {
     use std::io::Write;
+    let mut signals = match crate::supervisor::Signals::new() {
+        Ok(signals) => signals,
+        Err(error) => {
+            eprintln!("baton: cannot listen for signals: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     loop {
-        match stream.next().await {
+        let next = tokio::select! {
+            next = stream.next() => next,
+            _ = signals.any() => return ExitCode::SUCCESS,
+        };
+        match next {
             Ok(Some(event)) => {
                 let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
                 match output {

@@ -689,14 +689,14 @@ impl Running {
 }
 
 /// The signals forwarded to the child (or that end a run without one).
-struct Signals {
+pub(crate) struct Signals {
     interrupt: Signal,
     terminate: Signal,
     hangup: Signal,
 }
 
 impl Signals {
-    fn new() -> std::io::Result<Signals> {
+    pub(crate) fn new() -> std::io::Result<Signals> {
         Ok(Signals {
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
@@ -704,7 +704,7 @@ impl Signals {
         })
     }
 
-    async fn any(&mut self) -> Sig {
+    pub(crate) async fn any(&mut self) -> Sig {
         tokio::select! {
             _ = self.interrupt.recv() => Sig::INT,
             _ = self.terminate.recv() => Sig::TERM,

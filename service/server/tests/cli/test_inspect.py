@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 
 import pytest
 
-from conftest import EXIT_REQUEST_FAILED, EXIT_USAGE, free_port, quote, wait_for
+from conftest import EXIT_REQUEST_FAILED, EXIT_USAGE, baton_bin, free_port, quote, wait_for
 
 
 def items(result) -> list[dict]:
@@ -316,3 +317,23 @@ def test_client_options_go_after_the_command_name(cli, server, held):
         assert one_json(result)["token"] == grant["token"], result
     result = cli.run("--endpoint", server.url, "locks", "get", grant["name"], endpoint=None)
     assert result.rc == 2, result
+
+
+def test_watch_ends_on_sigint_even_when_started_with_it_ignored(cli, server, name):
+    """A non-interactive shell starts background jobs with SIGINT ignored, and the
+    process inherits that: `make test` run from such a job hung in four tests here,
+    because `baton watch` left SIGINT to its default action."""
+    argv = [baton_bin(), "watch", "--prefix", name + "/", "--output", "json",
+            "--endpoint", server.url]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=cli.env(), start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        first = proc.stdout.readline()  # the stream's opening bookmark
+        assert b'"bookmark"' in first, first
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
