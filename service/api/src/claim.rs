@@ -38,6 +38,9 @@ pub trait ClaimShape {
     type Held;
     /// The command's reply: granted now, or queued (refused, when it may not
     /// wait). A reply of another shape is handed back (a bug: 500).
+    // The shape `respond::applied` takes, like Reply's own accessors: the
+    // Err is the reply itself, handed back only on the bug path.
+    #[allow(clippy::result_large_err)]
     fn split(reply: Reply) -> Result<Result<Self::Granted, Self::Held>, Reply>;
     /// The grant a wait ended with, if it ended with this kind's grant.
     fn granted_by(end: WaitEnd) -> Option<Self::Granted>;

@@ -284,13 +284,16 @@ impl ApiError {
                 C::InvalidLimit { .. } => {
                     map(StatusCode::BAD_REQUEST, "invalid_limit", "Invalid limit")
                 }
+                // 422, not 400: "more than the limit" relates two valid fields,
+                // which a schema cannot say, so schema-valid input can meet it.
                 C::InvalidPermits { .. } => map(
-                    StatusCode::BAD_REQUEST,
+                    StatusCode::UNPROCESSABLE_ENTITY,
                     "invalid_permits",
                     "Invalid permits",
                 ),
+                // 422 for the same reason: "a name twice" is not a schema rule.
                 C::InvalidLockList { .. } => map(
-                    StatusCode::BAD_REQUEST,
+                    StatusCode::UNPROCESSABLE_ENTITY,
                     "invalid_lock_list",
                     "Invalid list of locks",
                 ),

@@ -116,7 +116,7 @@ fn first_blocking(state: &ApiState, locks: &[LockRequest]) -> ApiError {
                     view.mode == Some(baton_core::LockMode::Exclusive) || view.waiters > 0
                 }
             };
-            blocks.then(|| (view.name, view.holder, view.token))
+            blocks.then_some((view.name, view.holder, view.token))
         })
     });
     let (name, holder, token) = blocking.unwrap_or_else(|| {
@@ -144,8 +144,9 @@ fn first_blocking(state: &ApiState, locks: &[LockRequest]) -> ApiError {
             example = json!({"type": "https://baton.dev/errors/lock_held", "title": "Lock is held", "status": 409,
                 "detail": "lock 'accounts/7' is held", "code": "lock_held", "name": "accounts/7", "holder": "transfer-3", "token": 40})),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "lease_not_found"),
-        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_lock_list (empty, more than 32 names, or a name twice), invalid_name, invalid_ttl, invalid_wait, invalid_lock_delay, invalid_body",
-            example = json!({"type": "https://baton.dev/errors/invalid_lock_list", "title": "Invalid list of locks", "status": 400,
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_name, invalid_ttl, invalid_wait, invalid_lock_delay, invalid_body"),
+        (status = 422, body = Problem, content_type = "application/problem+json", description = "invalid_lock_list: the list is empty, has more than 32 names, or names a lock twice (a list no acquire can satisfy); idempotency_key_reused",
+            example = json!({"type": "https://baton.dev/errors/invalid_lock_list", "title": "Invalid list of locks", "status": 422,
                 "detail": "invalid list of locks: 'accounts/7' is named twice", "code": "invalid_lock_list"})),
         (status = 429, body = Problem, content_type = "application/problem+json", description = "quota_exceeded"),
     ))]

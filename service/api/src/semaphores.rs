@@ -202,8 +202,9 @@ fn full_now(state: &ApiState, name: &str) -> ApiError {
             example = json!({"type": "https://baton.dev/errors/semaphore_full", "title": "Semaphore is full", "status": 409,
                 "detail": "the semaphore has 8 of 8 permits out and 2 requests waiting", "code": "semaphore_full", "in_use": 8, "limit": 8})),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "lease_not_found"),
-        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_limit (0 or above 1000000), invalid_permits (0 or above the limit), invalid_name, invalid_ttl, invalid_wait, invalid_body",
-            example = json!({"type": "https://baton.dev/errors/invalid_permits", "title": "Invalid permits", "status": 400,
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_limit (0 or above 1000000), invalid_name, invalid_ttl, invalid_wait, invalid_body"),
+        (status = 422, body = Problem, content_type = "application/problem+json", description = "invalid_permits: 0, or more than the limit (a request no release can ever satisfy); idempotency_key_reused",
+            example = json!({"type": "https://baton.dev/errors/invalid_permits", "title": "Invalid permits", "status": 422,
                 "detail": "permits must be between 1 and the limit 8, got 9", "code": "invalid_permits"})),
         (status = 429, body = Problem, content_type = "application/problem+json", description = "quota_exceeded"),
     ))]

@@ -288,6 +288,30 @@ fn body_bounds(doc: &mut Value) {
             property["maximum"] = json!(maximum);
         }
     }
+    if let Some(semaphore) = schemas
+        .get_mut("SemaphoreAcquireBody")
+        .and_then(|s| s.get_mut("properties"))
+    {
+        for field in ["limit", "permits"] {
+            semaphore[field]["minimum"] = json!(1);
+            semaphore[field]["maximum"] = json!(baton_core::MAX_SEMAPHORE_LIMIT);
+        }
+    }
+    if let Some(list) = schemas
+        .get_mut("AcquireAllBody")
+        .and_then(|s| s.get_mut("properties"))
+    {
+        list["locks"]["minItems"] = json!(1);
+        list["locks"]["maxItems"] = json!(baton_core::MAX_LOCKS_PER_ACQUIRE);
+    }
+    if let Some(choice) = schemas
+        .get_mut("LockChoice")
+        .and_then(|s| s.get_mut("properties"))
+    {
+        choice["name"]["minLength"] = json!(1);
+        choice["name"]["maxLength"] = json!(baton_core::MAX_NAME_BYTES);
+        choice["name"]["pattern"] = json!(NAME_PATTERN);
+    }
     let member = schemas
         .get_mut("AddMemberBody")
         .and_then(|s| s.get_mut("properties"));

@@ -741,3 +741,55 @@ async fn a_reload_that_revokes_a_token_ends_its_streams_and_only_those() {
         "{seen:?}"
     );
 }
+
+#[actix_web::test]
+async fn shared_grants_and_semaphores_are_watched() {
+    let node = start_node().await;
+    let app = app(&node).await;
+    let since = revision(&app).await;
+    let mut semaphores = watch(&app, &format!("/v1/watch?kinds=semaphore&since={since}")).await;
+    let mut locks = watch(&app, &format!("/v1/watch?kinds=lock&since={since}")).await;
+    let a = lease(&app, 5000).await;
+    let shared = post(
+        &app,
+        "/v1/locks/docs:acquire",
+        json!({"lease_id": a, "mode": "shared"}),
+    )
+    .await;
+    let permits = post(
+        &app,
+        "/v1/semaphores/pool:acquire",
+        json!({"lease_id": a, "limit": 4, "permits": 3}),
+    )
+    .await;
+    let token = permits.body["token"].as_u64().unwrap();
+    post(
+        &app,
+        "/v1/semaphores/pool:release",
+        json!({"lease_id": a, "token": token}),
+    )
+    .await;
+
+    let acquired = locks.next_change().await.unwrap();
+    assert_eq!(acquired.event, "lock.acquired");
+    assert_eq!(acquired.data["mode"], "shared");
+    assert_eq!(acquired.data["token"], shared.body["token"]);
+    let got = semaphores.next_change().await.unwrap();
+    assert_eq!(got.event, "semaphore.acquired");
+    assert_eq!(
+        (
+            got.data["name"].clone(),
+            got.data["permits"].clone(),
+            got.data["limit"].clone()
+        ),
+        (json!("pool"), json!(3), json!(4))
+    );
+    assert_eq!(got.id, token);
+    assert!(got.data.get("lease_id").is_none(), "never the lease id");
+    let back = semaphores.next_change().await.unwrap();
+    assert_eq!(back.event, "semaphore.released");
+    assert_eq!(
+        (back.data["token"].as_u64(), back.data["permits"].clone()),
+        (Some(token), json!(3))
+    );
+}

@@ -402,12 +402,16 @@ fn the_first_cluster_id_stands_and_survives_snapshots() {
     assert_eq!(twin.cluster_id(), Some("first"));
 }
 
-/// A snapshot an older build wrote (`data/`, see `legacy_script.rs`).
+/// A snapshot an older build wrote (`data/`, see `legacy_script.rs`),
+/// embedded at compile time: a path compiled in through CARGO_MANIFEST_DIR
+/// names whichever clone built the binary, and a target directory shared by
+/// two clones reuses it.
 fn fixture(file: &str) -> Vec<u8> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/it/data")
-        .join(file);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    match file {
+        "format3.snapshot" => include_bytes!("data/format3.snapshot").to_vec(),
+        "format3-bare.snapshot" => include_bytes!("data/format3-bare.snapshot").to_vec(),
+        other => panic!("no fixture {other}"),
+    }
 }
 
 #[test]

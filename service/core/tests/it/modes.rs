@@ -195,6 +195,24 @@ impl MSlot {
     }
 }
 
+/// What a claim asks the model for.
+struct Ask {
+    /// Each resource with its mode and permits.
+    parts: Vec<(Res, LockMode, u32)>,
+    /// The existing lease it names, if any.
+    lease: Option<u128>,
+    /// The lease created when it names none.
+    new_lease: u128,
+    /// A semaphore's limit (0 for locks).
+    limit: u32,
+    /// Its waiter id when it may wait.
+    waiter: Option<u64>,
+    /// Its holder label.
+    label: String,
+    /// Lock delay after expiry.
+    delay_ms: u64,
+}
+
 #[derive(Clone, Debug, Default)]
 struct Model {
     now: u64,
@@ -396,17 +414,17 @@ impl Model {
         self.settle();
     }
 
-    /// A claim of `parts` (validated already) by `lease`.
-    fn claim(
-        &mut self,
-        parts: Vec<(Res, LockMode, u32)>,
-        lease: Option<u128>,
-        new_lease: u128,
-        limit: u32,
-        waiter: Option<u64>,
-        label: String,
-        delay_ms: u64,
-    ) -> Expect {
+    /// A claim (validated already), as the model expects it to end.
+    fn claim(&mut self, ask: Ask) -> Expect {
+        let Ask {
+            parts,
+            lease,
+            new_lease,
+            limit,
+            waiter,
+            label,
+            delay_ms,
+        } = ask;
         let lease_id = lease.unwrap_or(new_lease);
         if lease.is_some_and(|l| !self.leases.contains_key(&l)) {
             return Expect::Refused;
@@ -619,11 +637,12 @@ impl Run {
         match op {
             Op::CreateLease { lease: n } => {
                 let n = u128::from(*n);
-                let expect = if self.model.leases.contains_key(&n) {
-                    Expect::Refused
-                } else {
-                    self.model.leases.insert(n, false);
-                    Expect::Done
+                let expect = match self.model.leases.entry(n) {
+                    std::collections::btree_map::Entry::Occupied(_) => Expect::Refused,
+                    std::collections::btree_map::Entry::Vacant(slot) => {
+                        slot.insert(false);
+                        Expect::Done
+                    }
                 };
                 let out = self.apply(Command::CreateLease {
                     lease_id: lease(n),
@@ -668,15 +687,15 @@ impl Run {
                 };
                 let delay_ms = if *delay { DELAY_MS } else { 0 };
                 let res = Res::Lock(usize::from(*lock));
-                let expect = self.model.claim(
-                    vec![(res, mode, 1)],
-                    existing,
-                    fresh,
-                    0,
+                let expect = self.model.claim(Ask {
+                    parts: vec![(res, mode, 1)],
+                    lease: existing,
+                    new_lease: fresh,
+                    limit: 0,
                     waiter,
-                    label.clone(),
+                    label: label.clone(),
                     delay_ms,
-                );
+                });
                 let command = if *legacy {
                     Command::Acquire {
                         name: res.name().into(),
@@ -726,15 +745,15 @@ impl Run {
                 let expect = if parts.is_empty() || distinct.len() != parts.len() {
                     Expect::Refused
                 } else {
-                    self.model.claim(
-                        parts.clone(),
-                        existing,
-                        fresh,
-                        0,
+                    self.model.claim(Ask {
+                        parts: parts.clone(),
+                        lease: existing,
+                        new_lease: fresh,
+                        limit: 0,
                         waiter,
-                        label.clone(),
+                        label: label.clone(),
                         delay_ms,
-                    )
+                    })
                 };
                 let command = Command::AcquireLocks {
                     locks: parts
@@ -772,15 +791,15 @@ impl Run {
                 let expect = if limit == 0 || permits == 0 || permits > limit {
                     Expect::Refused
                 } else {
-                    self.model.claim(
-                        vec![(res, LockMode::Exclusive, permits)],
-                        existing,
-                        fresh,
+                    self.model.claim(Ask {
+                        parts: vec![(res, LockMode::Exclusive, permits)],
+                        lease: existing,
+                        new_lease: fresh,
                         limit,
                         waiter,
-                        label.clone(),
-                        0,
-                    )
+                        label: label.clone(),
+                        delay_ms: 0,
+                    })
                 };
                 let command = Command::AcquirePermits {
                     name: res.name().into(),
