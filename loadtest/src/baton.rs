@@ -130,8 +130,10 @@ impl BatonClient {
             .call(
                 Method::POST,
                 &format!("/v1/semaphores/{name}:acquire"),
-                Some(json!({"lease_id": lease.id, "limit": limit, "permits": permits,
-                            "wait_ms": wait_ms})),
+                Some(
+                    json!({"lease_id": lease.id, "limit": limit, "permits": permits,
+                            "wait_ms": wait_ms}),
+                ),
             )
             .await?;
         held(name, &v)

@@ -207,7 +207,9 @@ impl EtcdClient {
             )
             .await?;
         if !v["succeeded"].as_bool().unwrap_or(false) {
-            return Err(OpError::Protocol(format!("recipe key {key} already exists")));
+            return Err(OpError::Protocol(format!(
+                "recipe key {key} already exists"
+            )));
         }
         let revision = int_field(&v["header"]["revision"]);
         if revision < 2 {

@@ -197,8 +197,7 @@ impl Worker for RwWorker {
         if !self.hold.is_zero() {
             tokio::time::sleep(self.hold).await;
         }
-        self.holders
-            .with(|s| s.exit_lock(writer, since.elapsed()));
+        self.holders.with(|s| s.exit_lock(writer, since.elapsed()));
         self.target.release_rw(&self.lease, &held).await?;
         self.split.record(writer, start.elapsed());
         Ok(())

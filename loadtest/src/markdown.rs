@@ -196,7 +196,10 @@ pub fn render_section(results: &Results) -> String {
     // One level down: these are subsections of this section.
     let body = body
         .replace("## Baton / etcd\n", "### Baton / etcd\n")
-        .replace("## Absolute numbers (medians)\n", "### Absolute numbers (medians)\n");
+        .replace(
+            "## Absolute numbers (medians)\n",
+            "### Absolute numbers (medians)\n",
+        );
     out.push_str(&body);
     shared_locks(&mut out, results, "###");
     out
@@ -243,15 +246,19 @@ fn shared_locks(out: &mut String, results: &Results, h: &str) {
     );
     if let Some(runs) = rw {
         let _ = writeln!(out, "| readers-writers | rounds | reader ops/s | reader p50 ms | reader p99 ms | writer ops/s | writer p50 ms | writer p99 ms | most readers together | mean holders | overlaps |");
-        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-        for (kind, reports) in [("Baton", &runs.baton), ("etcd (RWMutex recipe)", &runs.etcd)] {
+        let _ = writeln!(
+            out,
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for (kind, reports) in [
+            ("Baton", &runs.baton),
+            ("etcd (RWMutex recipe)", &runs.etcd),
+        ] {
             if reports.is_empty() {
                 continue;
             }
             let x = |p: &[&str]| extra_median(reports, p);
-            let lat = |who: &str, q: &str| {
-                opt(x(&[who, "latency_us", q]).map(|us| us / 1000.0), 2)
-            };
+            let lat = |who: &str, q: &str| opt(x(&[who, "latency_us", q]).map(|us| us / 1000.0), 2);
             let _ = writeln!(
                 out,
                 "| {kind} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -275,7 +282,10 @@ fn shared_locks(out: &mut String, results: &Results, h: &str) {
     if let Some(runs) = sem {
         let _ = writeln!(out, "| semaphore | rounds | limit | hold ms | ops/s | p50 ms | p99 ms | most permits out together | mean permits out | over the limit |");
         let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-        for (kind, reports) in [("Baton", &runs.baton), ("etcd (semaphore recipe)", &runs.etcd)] {
+        for (kind, reports) in [
+            ("Baton", &runs.baton),
+            ("etcd (semaphore recipe)", &runs.etcd),
+        ] {
             let Some(s) = summarize(reports) else {
                 continue;
             };

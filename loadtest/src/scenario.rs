@@ -501,7 +501,11 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<Report> {
                 "{} on {}: {n} overlap(s) of incompatible holders, the first: {}",
                 args.scenario.name(),
                 args.target_kind.name(),
-                report.extra.get("first_violation").map(|v| v.to_string()).unwrap_or_default()
+                report
+                    .extra
+                    .get("first_violation")
+                    .map(|v| v.to_string())
+                    .unwrap_or_default()
             );
         }
     }
