@@ -112,6 +112,7 @@ impl Holders {
     pub fn report(&self, elapsed: Duration, extra: &mut std::collections::BTreeMap<String, Value>) {
         let s = self.state();
         extra.insert("max_holders".into(), json!(s.max_holders));
+        extra.insert("max_readers".into(), json!(s.max_readers));
         extra.insert(
             "mean_holders".into(),
             json!(s.held.as_secs_f64() / elapsed.as_secs_f64().max(1e-9)),

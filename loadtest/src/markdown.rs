@@ -245,7 +245,7 @@ fn shared_locks(out: &mut String, results: &Results, h: &str) {
          (how much of the lock or the semaphore was in use).\n"
     );
     if let Some(runs) = rw {
-        let _ = writeln!(out, "| readers-writers | rounds | reader ops/s | reader p50 ms | reader p99 ms | writer ops/s | writer p50 ms | writer p99 ms | most readers together | mean holders | overlaps |");
+        let _ = writeln!(out, "| readers-writers | rounds | hold ms | reader ops/s | reader p50 ms | reader p99 ms | writer ops/s | writer p50 ms | writer p99 ms | most readers together | mean holders | overlaps |");
         let _ = writeln!(
             out,
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -261,15 +261,16 @@ fn shared_locks(out: &mut String, results: &Results, h: &str) {
             let lat = |who: &str, q: &str| opt(x(&[who, "latency_us", q]).map(|us| us / 1000.0), 2);
             let _ = writeln!(
                 out,
-                "| {kind} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {kind} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 reports.len(),
+                opt(x(&["hold_ms"]), 0),
                 opt(x(&["readers", "throughput_per_s"]), 0),
                 lat("readers", "p50"),
                 lat("readers", "p99"),
                 opt(x(&["writers", "throughput_per_s"]), 0),
                 lat("writers", "p50"),
                 lat("writers", "p99"),
-                opt(x(&["max_holders"]), 0),
+                opt(x(&["max_readers"]), 0),
                 opt(x(&["mean_holders"]), 1),
                 reports
                     .iter()
@@ -330,7 +331,10 @@ fn shared_locks(out: &mut String, results: &Results, h: &str) {
          otherwise it watches the deletion of the key just before its own and looks again. \
          The wait is on one key, as the lock recipes do, so a waiter whose predecessor still \
          holds does not notice a permit freed further ahead until that predecessor releases: \
-         *mean permits out* shows what that costs.\n\
+         waiters move up one after the other, and *mean permits out* shows what that costs. \
+         The ratio is that of this recipe, not of the best an etcd client could do (a watch \
+         on the whole prefix would wake every waiter at every release instead, a herd of \
+         ranges; not measured).\n\
          - Each etcd wait opens its own watch stream (an HTTP/1.1 request whose answer is the \
          stream), closed once the deletion arrives: the gateway has no way to share one \
          stream between waits of independent requests without a streaming request body.\n"

@@ -34,7 +34,7 @@ pub enum Scenario {
     /// Watchers on `GET /v1/watch` while writers cycle locks: delivery latency.
     WatchFanout,
     /// All clients on one lock, `--writers-percent` of the operations exclusive
-    /// (writers), the rest shared (readers); waiting acquire + release, with the
+    /// (writers), the rest shared (readers); waiting acquire, hold `--hold-ms`, release, with the
     /// holders counted by the clients (a writer overlapping anyone fails the run).
     ReadersWriters,
     /// All clients on one semaphore of `--limit` permits: waiting acquire of one
@@ -67,7 +67,7 @@ impl Scenario {
             Scenario::Names => "register + whereis + unregister (2 writes, 1 read)",
             Scenario::WatchFanout => "acquire + release by a writer; latency = watch delivery",
             Scenario::ReadersWriters => {
-                "queued acquire of the one lock, shared (reader) or exclusive (writer), + release"
+                "queued acquire of the one lock, shared (reader) or exclusive (writer), hold, release"
             }
             Scenario::Semaphore => "queued acquire of 1 permit of the one semaphore, hold, release",
         }
@@ -124,9 +124,10 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 8)]
     pub limit: u32,
     /// readers-writers and semaphore: how long a holder holds before releasing
-    /// (default 0 for readers-writers, 1 for semaphore).
-    #[arg(long)]
-    pub hold_ms: Option<u64>,
+    /// (with 0 the clients' holder count would see nobody overlap, readers neither,
+    /// so the overlap check would test nothing).
+    #[arg(long, default_value_t = 1)]
+    pub hold_ms: u64,
     /// Server process id: report its CPU (from /proc) and fsyncs (with perf) over the measured phase.
     #[arg(long)]
     pub server_pid: Option<u32>,
@@ -160,7 +161,7 @@ impl RunArgs {
             watchers: 16,
             writers_percent: 10,
             limit: 8,
-            hold_ms: None,
+            hold_ms: 1,
             server_pid: None,
             count_fsyncs: false,
             report: None,
@@ -368,7 +369,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<Report> {
             let holders = Holders::default();
             let split = SplitLatency::new();
             let rw = args.scenario == Scenario::ReadersWriters;
-            let hold = Duration::from_millis(args.hold_ms.unwrap_or(if rw { 0 } else { 1 }));
+            let hold = Duration::from_millis(args.hold_ms);
             let name = format!("{id}/one");
             let (recorder, elapsed, probes, leases) = if rw {
                 let (d, p, l) = drive_leased(&target, &spec, args, |_, lease| RwWorker {
