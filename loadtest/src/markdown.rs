@@ -248,7 +248,7 @@ fn shared_locks(out: &mut String, results: &Results, h: &str) {
         let _ = writeln!(out, "| readers-writers | rounds | hold ms | reader ops/s | reader p50 ms | reader p99 ms | writer ops/s | writer p50 ms | writer p99 ms | most readers together | mean holders | overlaps |");
         let _ = writeln!(
             out,
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for (kind, reports) in [
             ("Baton", &runs.baton),
