@@ -152,7 +152,7 @@ test-chaos: build
 # and one Baton (fsync on, loopback, free ports, temporary data), runs the shared
 # scenarios against each in alternation and writes BENCHMARKS.md (raw reports and
 # charts in loadtest/results/). BENCH_ARGS adds options, e.g. BENCH_ARGS="--rounds 3".
-.PHONY: bench bench-memory bench-cluster test-loadtest test-overload
+.PHONY: bench bench-memory bench-cluster bench-shared test-loadtest test-overload
 BENCH_ARGS ?=
 bench: build
 	@.ci/setup etcd
@@ -171,6 +171,16 @@ bench-cluster: build
 	@.ci/setup etcd
 	$(CARGO_TARGET_DIR)/debug/baton-loadtest cluster --baton-bin $(CARGO_TARGET_DIR)/debug/baton \
 		--etcd-bin $$(command -v etcd) --out BENCHMARKS.md --results-dir loadtest/results $(BENCH_ARGS)
+
+# Issue 17: readers-writers (64 clients, 10 % writers) and a semaphore of 8 under 64
+# clients, Baton vs etcd's client-side recipes (RWMutex, a semaphore on the same
+# pattern), with lock-cycle for reference, alternating targets in one run: the
+# "shared" section of BENCHMARKS.md (`make bench` keeps it).
+bench-shared: build
+	@.ci/setup etcd
+	$(CARGO_TARGET_DIR)/debug/baton-loadtest bench --baton-bin $(CARGO_TARGET_DIR)/debug/baton \
+		--etcd-bin $$(command -v etcd) --out BENCHMARKS.md --results-dir loadtest/results \
+		--scenarios lock-cycle,readers-writers,semaphore --section shared $(BENCH_ARGS)
 
 # Issue 16's admission promises under an open-loop load at twice a node's
 # capacity (bounded latency, flat memory, nothing refused applied, recovery).

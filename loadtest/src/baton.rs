@@ -97,6 +97,60 @@ impl BatonClient {
         held(name, &v)
     }
 
+    /// `POST /v1/locks/{name}:acquire` with `wait_ms` and a `mode` (`shared` or
+    /// `exclusive`, issue 17).
+    pub async fn acquire_mode(
+        &self,
+        name: &str,
+        lease: &Lease,
+        wait_ms: u64,
+        shared: bool,
+    ) -> Result<Held, OpError> {
+        let mode = if shared { "shared" } else { "exclusive" };
+        let v = self
+            .call(
+                Method::POST,
+                &format!("/v1/locks/{name}:acquire"),
+                Some(json!({"lease_id": lease.id, "wait_ms": wait_ms, "mode": mode})),
+            )
+            .await?;
+        held(name, &v)
+    }
+
+    /// `POST /v1/semaphores/{name}:acquire`: `permits` of `limit`, waiting.
+    pub async fn acquire_permits(
+        &self,
+        name: &str,
+        lease: &Lease,
+        limit: u32,
+        permits: u32,
+        wait_ms: u64,
+    ) -> Result<Held, OpError> {
+        let v = self
+            .call(
+                Method::POST,
+                &format!("/v1/semaphores/{name}:acquire"),
+                Some(
+                    json!({"lease_id": lease.id, "limit": limit, "permits": permits,
+                            "wait_ms": wait_ms}),
+                ),
+            )
+            .await?;
+        held(name, &v)
+    }
+
+    /// `POST /v1/semaphores/{name}:release`.
+    pub async fn release_permits(&self, lease: &Lease, held: &Held) -> Result<u64, OpError> {
+        let v = self
+            .call(
+                Method::POST,
+                &format!("/v1/semaphores/{}:release", held.name),
+                Some(json!({"lease_id": lease.id, "token": held.token})),
+            )
+            .await?;
+        Ok(v["revision"].as_u64().unwrap_or(0))
+    }
+
     /// `POST /v1/locks/{name}:release`.
     pub async fn release(&self, lease: &Lease, held: &Held) -> Result<u64, OpError> {
         let v = self

@@ -39,6 +39,22 @@ pub struct BenchArgs {
     /// names and election-churn clients.
     #[arg(long, default_value_t = 32)]
     pub other_clients: usize,
+    /// readers-writers and semaphore clients.
+    #[arg(long, default_value_t = 64)]
+    pub contended_clients: usize,
+    /// readers-writers: percentage of writers.
+    #[arg(long, default_value_t = 10)]
+    pub writers_percent: u64,
+    /// semaphore: its limit.
+    #[arg(long, default_value_t = 8)]
+    pub semaphore_limit: u32,
+    /// Only these scenarios (comma-separated; default: all of them).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub scenarios: Vec<Scenario>,
+    /// Write the results as the marked section NAME of `--out` (`<!-- NAME:begin
+    /// -->`), keeping the rest of the file, instead of rewriting the whole file.
+    #[arg(long)]
+    pub section: Option<String>,
     /// keepalive: live leases (0 skips the scenario).
     #[arg(long, default_value_t = 100_000)]
     pub keepalive_leases: usize,
@@ -228,14 +244,17 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         count_fsyncs: fsyncs_counted,
         results_dir: &args.results_dir,
     };
+    let wanted = |s: Scenario| args.scenarios.is_empty() || args.scenarios.contains(&s);
     let shared = [
         (Scenario::LockCycle, args.lock_cycle_clients),
         (Scenario::LockContended, args.lock_contended_clients),
         (Scenario::Names, args.other_clients),
         (Scenario::ElectionChurn, args.other_clients),
+        (Scenario::ReadersWriters, args.contended_clients),
+        (Scenario::Semaphore, args.contended_clients),
     ];
     let mut runs = Vec::new();
-    for (scenario, clients) in shared {
+    for (scenario, clients) in shared.into_iter().filter(|(s, _)| wanted(*s)) {
         let mut r = Runs::new(scenario, clients);
         for round in 0..args.rounds.max(1) {
             for server in [&baton, &etcd] {
@@ -246,7 +265,10 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
                     server,
                     (clients, args.duration_s),
                     &tag,
-                    |_| {},
+                    |a| {
+                        a.writers_percent = args.writers_percent;
+                        a.limit = args.semaphore_limit;
+                    },
                 )
                 .await;
                 let what = format!("{} on {}", scenario.name(), server.kind.name());
@@ -257,7 +279,12 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         runs.push(r);
     }
     let mut sweep = Vec::new();
-    for &clients in &args.sweep_clients {
+    let sweep_clients = if wanted(Scenario::LockCycle) && args.section.is_none() {
+        args.sweep_clients.clone()
+    } else {
+        vec![]
+    };
+    for &clients in &sweep_clients {
         let mut r = Runs::new(Scenario::LockCycle, clients);
         for server in [&baton, &etcd] {
             let tag = format!("c{clients}");
@@ -278,7 +305,7 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         }
         sweep.push(r);
     }
-    if args.keepalive_leases > 0 {
+    if args.keepalive_leases > 0 && wanted(Scenario::Keepalive) {
         let mut r = Runs::new(Scenario::Keepalive, args.keepalive_clients);
         for server in [&baton, &etcd] {
             let result = run_one(
@@ -299,7 +326,7 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         write_pair_chart(&args.results_dir, &r)?;
         runs.push(r);
     }
-    if args.watchers > 0 {
+    if args.watchers > 0 && wanted(Scenario::WatchFanout) {
         let mut r = Runs::new(Scenario::WatchFanout, 4);
         let result = run_one(
             &ctx,
@@ -341,13 +368,21 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         fsync_end,
         loadavg_end: machine::loadavg(),
     };
-    // Sections written by other subcommands (`memory`, `cluster`) between their
-    // markers survive a rerun of `bench`.
-    let mut text = markdown::render(&results);
     let previous = std::fs::read_to_string(&args.out).unwrap_or_default();
-    for section in crate::memory::marked_sections(&previous) {
-        text = format!("{}\n\n{section}\n", text.trim_end());
-    }
+    let text = match &args.section {
+        Some(name) => {
+            crate::memory::upsert_section(&previous, name, &markdown::render_section(&results))
+        }
+        None => {
+            // Sections written by other subcommands (`memory`, `cluster`, `bench
+            // --section`) between their markers survive a rerun of `bench`.
+            let mut text = markdown::render(&results);
+            for section in crate::memory::marked_sections(&previous) {
+                text = format!("{}\n\n{section}\n", text.trim_end());
+            }
+            text
+        }
+    };
     std::fs::write(&args.out, text).with_context(|| format!("writing {}", args.out.display()))?;
     eprintln!("bench: wrote {}", args.out.display());
     Ok(())

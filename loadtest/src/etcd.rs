@@ -186,6 +186,262 @@ impl EtcdClient {
     }
 }
 
+/// The recipes of issue 17 over the gateway: etcd has no server-side shared lock
+/// or semaphore, so these are its client-side recipes, with keys under a prefix,
+/// each on the client's lease, ordered by create revision, and waits on a watch
+/// (never by polling).
+impl EtcdClient {
+    /// Creates `key` on `lease` if absent (`/v3/kv/txn` on `create_revision ==
+    /// 0`, as the recipes' `newUniqueKV`); answers the key (base64) and its
+    /// create revision.
+    async fn create_unique(&self, key: &str, lease: &Lease) -> Result<(String, u64), OpError> {
+        let key = b64(key);
+        let v = self
+            .call(
+                "/v3/kv/txn",
+                json!({
+                    "compare": [{"target": "CREATE", "key": key, "result": "EQUAL",
+                                 "create_revision": "0"}],
+                    "success": [{"request_put": {"key": key, "value": "", "lease": lease.id}}],
+                }),
+            )
+            .await?;
+        if !v["succeeded"].as_bool().unwrap_or(false) {
+            return Err(OpError::Protocol(format!(
+                "recipe key {key} already exists"
+            )));
+        }
+        let revision = int_field(&v["header"]["revision"]);
+        if revision < 2 {
+            return Err(OpError::Protocol(format!("no revision in {v}")));
+        }
+        Ok((key, revision))
+    }
+
+    /// `clientv3/experimental/recipes` RWMutex: `RLock` puts `<prefix>/read/<id>`
+    /// and waits until no `<prefix>/write/` key with a lower revision is left;
+    /// `Lock` puts `<prefix>/write/<id>` and waits until no key of either kind
+    /// with a lower revision is left. Each wait watches the deletion of the last
+    /// such key (`waitOnLastRev`: sorted by mod revision, descending, limit 1,
+    /// `max_mod_revision` = own revision - 1), then looks again.
+    pub async fn rw_lock(
+        &self,
+        prefix: &str,
+        lease: &Lease,
+        shared: bool,
+        unique: u64,
+    ) -> Result<Held, OpError> {
+        let kind = if shared { "read" } else { "write" };
+        let (key, revision) = self
+            .create_unique(&format!("{prefix}/{kind}/{}-{unique:x}", lease.id), lease)
+            .await?;
+        let blockers = rw_blockers(prefix, shared);
+        loop {
+            let v = self
+                .call(
+                    "/v3/kv/range",
+                    json!({
+                        "key": b64(&blockers),
+                        "range_end": BASE64.encode(&prefix_end(blockers.as_bytes())),
+                        "sort_order": "DESCEND",
+                        "sort_target": "MOD",
+                        "limit": 1,
+                        "max_mod_revision": (revision - 1).to_string(),
+                        "keys_only": true,
+                    }),
+                )
+                .await?;
+            let Some(last) = v["kvs"].get(0).and_then(|kv| kv["key"].as_str()) else {
+                break;
+            };
+            self.wait_deleted(last, revision).await?;
+        }
+        Ok(Held {
+            name: prefix.to_owned(),
+            token: revision,
+            key,
+            revision,
+        })
+    }
+
+    /// A semaphore of `limit` permits (one per key): put `<prefix>/<id>` on the
+    /// lease; hold once the own key is among the first `limit` keys of the prefix
+    /// by create revision; otherwise watch the deletion of the key just before it
+    /// and look again.
+    pub async fn semaphore_acquire(
+        &self,
+        prefix: &str,
+        lease: &Lease,
+        limit: u32,
+        unique: u64,
+    ) -> Result<Held, OpError> {
+        let (key, revision) = self
+            .create_unique(&format!("{prefix}/{}-{unique:x}", lease.id), lease)
+            .await?;
+        let under = format!("{prefix}/");
+        loop {
+            let v = self
+                .call(
+                    "/v3/kv/range",
+                    json!({
+                        "key": b64(&under),
+                        "range_end": BASE64.encode(&prefix_end(under.as_bytes())),
+                        "sort_order": "ASCEND",
+                        "sort_target": "CREATE",
+                        "max_create_revision": revision.to_string(),
+                        "keys_only": true,
+                    }),
+                )
+                .await?;
+            let keys: Vec<&str> = v["kvs"]
+                .as_array()
+                .map(|kvs| kvs.iter().filter_map(|kv| kv["key"].as_str()).collect())
+                .unwrap_or_default();
+            match semaphore_turn(&keys, &key, limit) {
+                Turn::Hold => break,
+                Turn::WaitFor(before) => {
+                    let before = before.to_owned();
+                    self.wait_deleted(&before, revision).await?;
+                }
+                Turn::Gone => {
+                    return Err(OpError::Server {
+                        status: 200,
+                        code: "lease_not_found".into(),
+                        detail: format!("semaphore key {key} is gone"),
+                    })
+                }
+            }
+        }
+        Ok(Held {
+            name: prefix.to_owned(),
+            token: revision,
+            key,
+            revision,
+        })
+    }
+
+    /// `/v3/kv/deleterange` of a recipe's key (its release).
+    pub async fn delete_key(&self, held: &Held) -> Result<(), OpError> {
+        self.call("/v3/kv/deleterange", json!({"key": held.key}))
+            .await
+            .map(drop)
+    }
+
+    /// Watches `key` (base64) from `from_revision` on `/v3/watch` (the gateway's
+    /// streaming call: one JSON object per message, `{"result": ...}`) until an
+    /// event deletes it.
+    pub async fn wait_deleted(&self, key: &str, from_revision: u64) -> Result<(), OpError> {
+        let mut response = self
+            .http
+            .post(format!("{}/v3/watch", self.base))
+            .json(&json!({"create_request": {"key": key,
+                "start_revision": from_revision.to_string(), "filters": ["NOPUT"]}}))
+            .send()
+            .await?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = response.bytes().await.unwrap_or_default();
+            let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            return Err(grpc_error(status.as_u16(), &value));
+        }
+        let mut buf = Vec::new();
+        while let Some(chunk) = response.chunk().await? {
+            buf.extend_from_slice(&chunk);
+            for message in take_json_values(&mut buf)? {
+                if message.get("error").is_some() {
+                    return Err(grpc_error(200, &message));
+                }
+                let result = &message["result"];
+                if result["canceled"].as_bool().unwrap_or(false) {
+                    return Err(OpError::Protocol(format!("watch canceled: {message}")));
+                }
+                if deletes(result, key) {
+                    // Dropping the response closes the stream, which cancels the watch.
+                    return Ok(());
+                }
+            }
+        }
+        Err(OpError::Protocol("the watch stream ended".into()))
+    }
+}
+
+/// Where an RWMutex request looks for keys that block it: a reader only behind
+/// writers, a writer behind everyone.
+fn rw_blockers(prefix: &str, shared: bool) -> String {
+    if shared {
+        format!("{prefix}/write/")
+    } else {
+        format!("{prefix}/")
+    }
+}
+
+/// The end of the key range of everything starting with `prefix` (etcd's
+/// `GetPrefixRangeEnd`: the last byte below 0xff incremented, the rest dropped).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Every byte 0xff: the range runs to the end of the keyspace.
+    vec![0]
+}
+
+/// Where a semaphore request stands among the keys (base64, ascending create
+/// revision, up to its own).
+#[derive(Debug, PartialEq, Eq)]
+enum Turn<'a> {
+    /// Among the first `limit`: it holds a permit.
+    Hold,
+    /// Behind: wait for this key (the one just before) to go, then look again.
+    WaitFor(&'a str),
+    /// Its own key is not there (the lease expired).
+    Gone,
+}
+
+fn semaphore_turn<'a>(keys: &[&'a str], mine: &str, limit: u32) -> Turn<'a> {
+    match keys.iter().position(|k| *k == mine) {
+        None => Turn::Gone,
+        Some(i) if i < limit as usize => Turn::Hold,
+        Some(i) => Turn::WaitFor(keys[i - 1]),
+    }
+}
+
+/// Whether a watch response carries a deletion of `key`.
+fn deletes(result: &Value, key: &str) -> bool {
+    result["events"].as_array().is_some_and(|events| {
+        events
+            .iter()
+            .any(|e| e["type"].as_str() == Some("DELETE") && e["kv"]["key"].as_str() == Some(key))
+    })
+}
+
+/// Takes every complete JSON value out of the front of `buf` (a stream of
+/// concatenated or newline-separated objects cut anywhere by the transport).
+fn take_json_values(buf: &mut Vec<u8>) -> Result<Vec<Value>, OpError> {
+    let mut values = Vec::new();
+    let mut stream = serde_json::Deserializer::from_slice(buf).into_iter::<Value>();
+    let mut used = 0;
+    loop {
+        match stream.next() {
+            Some(Ok(v)) => {
+                values.push(v);
+                used = stream.byte_offset();
+            }
+            Some(Err(e)) if e.is_eof() => break,
+            Some(Err(e)) => return Err(OpError::Protocol(format!("watch stream: {e}"))),
+            None => {
+                used = stream.byte_offset();
+                break;
+            }
+        }
+    }
+    buf.drain(..used);
+    Ok(values)
+}
+
 fn b64(s: &str) -> String {
     BASE64.encode(s.as_bytes())
 }
@@ -256,6 +512,44 @@ mod tests {
         let streamed = json!({"error": {"grpc_code": 14, "code": 14, "message": "unavailable"}});
         assert_eq!(grpc_error(200, &streamed).code(), "grpc_14");
         assert_eq!(grpc_error(502, &Value::Null).code(), "http_502");
+    }
+
+    #[test]
+    fn recipe_key_ranges() {
+        assert_eq!(rw_blockers("rw/a", true), "rw/a/write/");
+        assert_eq!(rw_blockers("rw/a", false), "rw/a/");
+        assert_eq!(prefix_end(b"rw/a/"), b"rw/a0".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
+    }
+
+    #[test]
+    fn a_semaphore_request_holds_among_the_first_limit_keys_else_waits_for_its_predecessor() {
+        let keys = ["k1", "k2", "k3", "k4"];
+        assert_eq!(semaphore_turn(&keys, "k1", 2), Turn::Hold);
+        assert_eq!(semaphore_turn(&keys, "k2", 2), Turn::Hold);
+        assert_eq!(semaphore_turn(&keys, "k3", 2), Turn::WaitFor("k2"));
+        assert_eq!(semaphore_turn(&keys, "k4", 2), Turn::WaitFor("k3"));
+        assert_eq!(semaphore_turn(&keys, "k4", 4), Turn::Hold);
+        assert_eq!(semaphore_turn(&keys, "k9", 8), Turn::Gone);
+    }
+
+    #[test]
+    fn watch_messages_are_parsed_across_chunks() {
+        let mut buf = br#"{"result":{"created":true}}
+{"result":{"events":[{"type":"DELETE","kv":{"key":"YQ=="}}]}}{"res"#
+            .to_vec();
+        let values = take_json_values(&mut buf).expect("valid JSON");
+        assert_eq!(values.len(), 2);
+        assert!(!deletes(&values[0]["result"], "YQ=="));
+        assert!(deletes(&values[1]["result"], "YQ=="));
+        assert!(!deletes(&values[1]["result"], "Yg=="));
+        assert_eq!(buf, br#"{"res"#.to_vec());
+        buf.extend_from_slice(br#"ult":{}}"#);
+        assert_eq!(take_json_values(&mut buf).expect("valid").len(), 1);
+        assert!(buf.is_empty());
+        let mut bad = b"{]".to_vec();
+        assert!(take_json_values(&mut bad).is_err());
     }
 
     #[test]

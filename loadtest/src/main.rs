@@ -20,6 +20,7 @@ mod cluster;
 mod driver;
 mod error;
 mod etcd;
+mod holders;
 mod machine;
 mod markdown;
 mod memory;

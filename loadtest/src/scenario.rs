@@ -12,6 +12,7 @@ use serde_json::json;
 
 use crate::driver::{drive, Driven, LoadSpec, Worker};
 use crate::error::OpError;
+use crate::holders::{Holders, RwWorker, SemaphoreWorker, SplitLatency};
 use crate::probe::{CpuProbe, FsyncProbe};
 use crate::report::Report;
 use crate::target::{Lease, Target, TargetKind};
@@ -32,6 +33,13 @@ pub enum Scenario {
     Names,
     /// Watchers on `GET /v1/watch` while writers cycle locks: delivery latency.
     WatchFanout,
+    /// All clients on one lock, `--writers-percent` of the operations exclusive
+    /// (writers), the rest shared (readers); waiting acquire, hold `--hold-ms`, release, with the
+    /// holders counted by the clients (a writer overlapping anyone fails the run).
+    ReadersWriters,
+    /// All clients on one semaphore of `--limit` permits: waiting acquire of one
+    /// permit, hold `--hold-ms`, release; more than `--limit` holders fails the run.
+    Semaphore,
 }
 
 impl Scenario {
@@ -44,6 +52,8 @@ impl Scenario {
             Scenario::ElectionChurn => "election-churn",
             Scenario::Names => "names",
             Scenario::WatchFanout => "watch-fanout",
+            Scenario::ReadersWriters => "readers-writers",
+            Scenario::Semaphore => "semaphore",
         }
     }
 
@@ -56,6 +66,10 @@ impl Scenario {
             Scenario::ElectionChurn => "queued campaign + resign (1 leader change)",
             Scenario::Names => "register + whereis + unregister (2 writes, 1 read)",
             Scenario::WatchFanout => "acquire + release by a writer; latency = watch delivery",
+            Scenario::ReadersWriters => {
+                "queued acquire of the one lock, shared (reader) or exclusive (writer), hold, release"
+            }
+            Scenario::Semaphore => "queued acquire of 1 permit of the one semaphore, hold, release",
         }
     }
 
@@ -103,6 +117,17 @@ pub struct RunArgs {
     /// watch-fanout: concurrent watchers.
     #[arg(long, default_value_t = 16)]
     pub watchers: usize,
+    /// readers-writers: percentage of operations that are writers (exclusive).
+    #[arg(long, default_value_t = 10)]
+    pub writers_percent: u64,
+    /// semaphore: its limit (permits).
+    #[arg(long, default_value_t = 8)]
+    pub limit: u32,
+    /// readers-writers and semaphore: how long a holder holds before releasing
+    /// (with 0 the clients' holder count would see nobody overlap, readers neither,
+    /// so the overlap check would test nothing).
+    #[arg(long, default_value_t = 1)]
+    pub hold_ms: u64,
     /// Server process id: report its CPU (from /proc) and fsyncs (with perf) over the measured phase.
     #[arg(long)]
     pub server_pid: Option<u32>,
@@ -134,6 +159,9 @@ impl RunArgs {
             leases: 10_000,
             ttl_ms: 60_000,
             watchers: 16,
+            writers_percent: 10,
+            limit: 8,
+            hold_ms: 1,
             server_pid: None,
             count_fsyncs: false,
             report: None,
@@ -337,6 +365,46 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<Report> {
                 .await?;
             (driven.recorder, driven.elapsed, spec, probes, leases, None)
         }
+        Scenario::ReadersWriters | Scenario::Semaphore => {
+            let holders = Holders::default();
+            let split = SplitLatency::new();
+            let rw = args.scenario == Scenario::ReadersWriters;
+            let hold = Duration::from_millis(args.hold_ms);
+            let name = format!("{id}/one");
+            let (recorder, elapsed, probes, leases) = if rw {
+                let (d, p, l) = drive_leased(&target, &spec, args, |_, lease| RwWorker {
+                    target: target.clone(),
+                    lease: lease.clone(),
+                    name: name.clone(),
+                    writers_percent: args.writers_percent.min(100),
+                    hold,
+                    holders: holders.clone(),
+                    split: split.clone(),
+                })
+                .await?;
+                (d.recorder, d.elapsed, p, l)
+            } else {
+                let (d, p, l) = drive_leased(&target, &spec, args, |_, lease| SemaphoreWorker {
+                    target: target.clone(),
+                    lease: lease.clone(),
+                    name: name.clone(),
+                    limit: args.limit.max(1),
+                    hold,
+                    holders: holders.clone(),
+                })
+                .await?;
+                (d.recorder, d.elapsed, p, l)
+            };
+            holders.report(elapsed, &mut extra);
+            if rw {
+                split.report(elapsed, &mut extra);
+                extra.insert("writers_percent".into(), json!(args.writers_percent));
+            } else {
+                extra.insert("limit".into(), json!(args.limit));
+            }
+            extra.insert("hold_ms".into(), json!(hold.as_millis() as u64));
+            (recorder, elapsed, spec, probes, leases, None)
+        }
         Scenario::ElectionChurn => {
             let (driven, probes, leases) =
                 drive_leased(&target, &spec, args, |i, lease| ElectionWorker {
@@ -428,6 +496,20 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<Report> {
     probes.finish(&mut report);
     revoke_all(&target, leases, 64).await;
     write_outputs(args, &report)?;
+    if let Some(n) = report.extra.get("violations").and_then(|v| v.as_u64()) {
+        if n > 0 {
+            bail!(
+                "{} on {}: {n} overlap(s) of incompatible holders, the first: {}",
+                args.scenario.name(),
+                args.target_kind.name(),
+                report
+                    .extra
+                    .get("first_violation")
+                    .map(|v| v.to_string())
+                    .unwrap_or_default()
+            );
+        }
+    }
     Ok(report)
 }
 

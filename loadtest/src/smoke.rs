@@ -85,6 +85,16 @@ pub async fn smoke(args: SmokeArgs) -> anyhow::Result<()> {
             clients: 2,
             rate: None,
         },
+        Case {
+            scenario: Scenario::ReadersWriters,
+            clients: 8,
+            rate: None,
+        },
+        Case {
+            scenario: Scenario::Semaphore,
+            clients: 8,
+            rate: None,
+        },
     ];
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     for server in [&baton, &etcd] {
@@ -105,6 +115,9 @@ pub async fn smoke(args: SmokeArgs) -> anyhow::Result<()> {
             run.leases = 200;
             run.ttl_ms = 6_000;
             run.watchers = 4;
+            // Fewer permits than clients, so that some wait; a writer in every 4.
+            run.limit = 3;
+            run.writers_percent = 25;
             run.server_pid = Some(server.pid());
             run.no_progress = true;
             let stem = format!("{}-{}-{mode}", server.kind.name(), case.scenario.name());
@@ -137,6 +150,12 @@ pub async fn smoke(args: SmokeArgs) -> anyhow::Result<()> {
                     problems.extend(report::validate(&json, case.scenario.expects_no_errors()));
                     if json["server_cpu_cores"].as_f64().is_none() {
                         problems.push("no server_cpu_cores although --server-pid was given".into());
+                    }
+                    if matches!(
+                        case.scenario,
+                        Scenario::ReadersWriters | Scenario::Semaphore
+                    ) {
+                        problems.extend(holder_problems(case.scenario, &json));
                     }
                     if case.scenario == Scenario::Keepalive
                         && json["extra"]["expired_while_kept_alive"] != 0
@@ -197,4 +216,32 @@ pub async fn smoke(args: SmokeArgs) -> anyhow::Result<()> {
         bail!("{failed} smoke checks failed");
     }
     Ok(())
+}
+
+/// What a readers-writers or semaphore report must show: no overlap, holders
+/// counted, at most the limit out; readers and writers both ran.
+fn holder_problems(scenario: Scenario, json: &serde_json::Value) -> Vec<String> {
+    let x = &json["extra"];
+    let mut problems = Vec::new();
+    if x["violations"] != 0 {
+        problems.push(format!("violations = {}", x["violations"]));
+    }
+    let max = x["max_holders"].as_u64().unwrap_or(0);
+    if max == 0 || x["mean_holders"].as_f64().is_none() {
+        problems.push(format!("no holders counted: {x}"));
+    }
+    match scenario {
+        Scenario::Semaphore if max > x["limit"].as_u64().unwrap_or(0) => {
+            problems.push(format!("{max} permits out, limit {}", x["limit"]));
+        }
+        Scenario::ReadersWriters => {
+            for who in ["readers", "writers"] {
+                if x[who]["operations"].as_u64().unwrap_or(0) == 0 {
+                    problems.push(format!("no {who} completed"));
+                }
+            }
+        }
+        _ => {}
+    }
+    problems
 }

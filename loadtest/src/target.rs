@@ -119,6 +119,66 @@ impl Target {
         }
     }
 
+    /// Acquires lock `name` shared (a reader) or exclusive (a writer), waiting.
+    /// Baton: `mode` on `:acquire`; etcd: the RWMutex recipe of
+    /// `clientv3/experimental/recipes` over the gateway (`unique` names the key).
+    pub async fn acquire_rw(
+        &self,
+        name: &str,
+        lease: &Lease,
+        shared: bool,
+        unique: u64,
+    ) -> Result<Held, OpError> {
+        match self {
+            Target::Baton(c) => {
+                c.acquire_mode(&format!("locks/{name}"), lease, WAIT_MS, shared)
+                    .await
+            }
+            Target::Etcd(c) => {
+                c.rw_lock(&format!("rwlocks/{name}"), lease, shared, unique)
+                    .await
+            }
+        }
+    }
+
+    /// Releases what [`Target::acquire_rw`] granted.
+    pub async fn release_rw(&self, lease: &Lease, held: &Held) -> Result<(), OpError> {
+        match self {
+            Target::Baton(c) => c.release(lease, held).await.map(drop),
+            Target::Etcd(c) => c.delete_key(held).await,
+        }
+    }
+
+    /// Takes `permits` of semaphore `name` with `limit`, waiting. Baton:
+    /// `/v1/semaphores`; etcd: the semaphore recipe over the gateway (one permit
+    /// per key only).
+    pub async fn acquire_permits(
+        &self,
+        name: &str,
+        lease: &Lease,
+        limit: u32,
+        unique: u64,
+    ) -> Result<Held, OpError> {
+        match self {
+            Target::Baton(c) => {
+                c.acquire_permits(&format!("semaphores/{name}"), lease, limit, 1, WAIT_MS)
+                    .await
+            }
+            Target::Etcd(c) => {
+                c.semaphore_acquire(&format!("semaphores/{name}"), lease, limit, unique)
+                    .await
+            }
+        }
+    }
+
+    /// Releases what [`Target::acquire_permits`] granted.
+    pub async fn release_permits(&self, lease: &Lease, held: &Held) -> Result<(), OpError> {
+        match self {
+            Target::Baton(c) => c.release_permits(lease, held).await.map(drop),
+            Target::Etcd(c) => c.delete_key(held).await,
+        }
+    }
+
     /// Campaigns in an election, waiting to be elected.
     pub async fn campaign(
         &self,

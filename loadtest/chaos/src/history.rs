@@ -34,19 +34,34 @@ pub enum OpKind {
     Read,
     /// A write to the harness's fenced register.
     Write,
+    /// `POST /v1/semaphores/{key}:acquire` (a grant of `permits` of `limit`;
+    /// creates the lease).
+    AcquirePermits,
+    /// `POST /v1/semaphores/{key}:renew` (token-checked keepalive).
+    RenewPermits,
+    /// `POST /v1/semaphores/{key}:release`.
+    ReleasePermits,
 }
 
 impl OpKind {
     /// Whether a successful operation of this kind hands out a grant with a token.
     pub fn is_grant(self) -> bool {
-        matches!(self, Self::Acquire | Self::Campaign | Self::Register)
+        matches!(
+            self,
+            Self::Acquire | Self::Campaign | Self::Register | Self::AcquirePermits
+        )
     }
 
     /// Whether this kind checks a token against the current holder (renew-like).
     pub fn is_token_checked(self) -> bool {
         matches!(
             self,
-            Self::Renew | Self::Release | Self::Proclaim | Self::Resign
+            Self::Renew
+                | Self::Release
+                | Self::Proclaim
+                | Self::Resign
+                | Self::RenewPermits
+                | Self::ReleasePermits
         )
     }
 
@@ -60,12 +75,25 @@ impl OpKind {
                 | Self::Campaign
                 | Self::Proclaim
                 | Self::Register
+                | Self::AcquirePermits
+                | Self::RenewPermits
         )
     }
 
     /// Whether a success of this kind gives the holding up.
     pub fn gives_up(self) -> bool {
-        matches!(self, Self::Release | Self::Resign | Self::Unregister)
+        matches!(
+            self,
+            Self::Release | Self::Resign | Self::Unregister | Self::ReleasePermits
+        )
+    }
+
+    /// Whether this kind is about a semaphore.
+    pub fn is_semaphore(self) -> bool {
+        matches!(
+            self,
+            Self::AcquirePermits | Self::RenewPermits | Self::ReleasePermits
+        )
     }
 }
 
@@ -123,6 +151,16 @@ pub struct Event {
     /// The node (id) the request was sent to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<u64>,
+    /// Lock acquires of shared-lock keys: `shared` or `exclusive` (absent on the
+    /// keys that are only ever locked exclusively, as before issue 17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Semaphore acquires: permits asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u64>,
+    /// Semaphore acquires: the semaphore's limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
 }
 
 impl Event {
@@ -143,6 +181,9 @@ impl Event {
             held: None,
             seq: None,
             node: None,
+            mode: None,
+            permits: None,
+            limit: None,
         }
     }
 }
@@ -192,9 +233,24 @@ pub struct Op {
     pub seq: Option<u64>,
     /// The node the request went to.
     pub node: Option<u64>,
+    /// Lock mode asked for (`shared` / `exclusive`), if any.
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// Semaphore permits asked for.
+    #[serde(default)]
+    pub permits: Option<u64>,
+    /// Semaphore limit.
+    #[serde(default)]
+    pub limit: Option<u64>,
 }
 
 impl Op {
+    /// Whether this holding excludes every other holder (a lock acquired without
+    /// `shared`, an election, a name).
+    pub fn is_exclusive(&self) -> bool {
+        self.mode.as_deref() != Some("shared")
+    }
+
     /// Whether it succeeded.
     pub fn is_ok(&self) -> bool {
         self.outcome == Outcome::Ok
@@ -202,7 +258,14 @@ impl Op {
 
     /// One line for explanations.
     pub fn describe(&self) -> String {
-        format!(
+        let mut extra = String::new();
+        if let Some(m) = &self.mode {
+            extra.push_str(&format!(" mode={m}"));
+        }
+        if let (Some(p), Some(l)) = (self.permits, self.limit) {
+            extra.push_str(&format!(" permits={p}/{l}"));
+        }
+        let line = format!(
             "op {} p{} {:?} {} [{:.3}s..{:.3}s] {:?} lease={} token={} holder={} err={} node={}",
             self.id,
             self.process,
@@ -220,7 +283,8 @@ impl Op {
             self.node
                 .map(|n| n.to_string())
                 .unwrap_or_else(|| "-".into()),
-        )
+        );
+        line + &extra
     }
 }
 
@@ -270,6 +334,9 @@ pub fn pair(events: &[Event], end_ns: u64) -> Vec<Op> {
                         held: None,
                         seq: None,
                         node: e.node,
+                        mode: e.mode.clone(),
+                        permits: e.permits,
+                        limit: e.limit,
                     },
                 );
             }

@@ -29,6 +29,7 @@ use crate::worker::{read_key, Worker, WorkerConfig};
 pub const CLOCK_DEPENDENT: &[&str] = &[
     "lease-kept-alive",
     "mutual-exclusion",
+    "semaphore-limit",
     "final-state",
     "linearizable",
 ];
@@ -117,6 +118,9 @@ pub struct VerdictLine {
     pub explanations: Vec<String>,
 }
 
+/// Limit of the workers' semaphore (`chaos-sem-0`; sessions take 1 or 2 permits).
+pub const SEMAPHORE_LIMIT: u64 = 2;
+
 /// Key names of a run.
 pub fn keys(n: usize) -> (Vec<String>, Vec<String>, Vec<String>) {
     let locks = (0..n).map(|i| format!("chaos-lock-{i}")).collect();
@@ -147,6 +151,9 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
         locks: locks.clone(),
         elections: elections.clone(),
         names: names.clone(),
+        rw_locks: vec!["chaos-rw-0".into()],
+        semaphores: vec!["chaos-sem-0".into()],
+        semaphore_limit: SEMAPHORE_LIMIT,
         skip_fencing: cfg.unsafe_skip_fencing,
         urls: urls.clone(),
         seed: cfg.seed,

@@ -1,6 +1,8 @@
 //! Client workers: each runs lock, election and name sessions with short TTLs
 //! against random nodes, writes to the fenced register while it believes it holds,
-//! and records every operation in the history.
+//! and records every operation in the history. Issue 17: also shared-lock sessions
+//! (readers and writers of one lock; only writers write to the register) and
+//! semaphore sessions (1 or 2 permits of a small semaphore).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +30,12 @@ pub struct WorkerConfig {
     pub elections: Vec<String>,
     /// Registry names.
     pub names: Vec<String>,
+    /// Locks taken shared (readers) or exclusive (writers), issue 17.
+    pub rw_locks: Vec<String>,
+    /// Semaphores, each of `semaphore_limit` permits.
+    pub semaphores: Vec<String>,
+    /// The semaphores' limit.
+    pub semaphore_limit: u64,
     /// Negative control: write to the register even when the lease is believed lost.
     pub skip_fencing: bool,
     /// API URLs of every node.
@@ -42,6 +50,10 @@ enum Kind {
     Lock,
     Election,
     Name,
+    /// A lock of `rw_locks`, in the session's mode.
+    RwLock,
+    /// Permits of a semaphore.
+    Semaphore,
 }
 
 struct Holding {
@@ -52,6 +64,33 @@ struct Holding {
     token: u64,
     /// When the last successful TTL refresh was sent (the client's safe bound).
     sent: Instant,
+    /// What a grant asked for beyond the key.
+    ask: Ask,
+}
+
+/// The mode of a lock acquire, or the permits of a semaphore acquire (issue 17).
+#[derive(Debug, Clone, Copy, Default)]
+struct Ask {
+    /// `Some("shared" | "exclusive")` on `rw_locks`.
+    mode: Option<&'static str>,
+    /// Semaphores: (permits, limit).
+    permits: Option<(u64, u64)>,
+}
+
+impl Ask {
+    /// Whether the holder may write to the fenced register: exclusive holders
+    /// only (readers share the lock, semaphore holders are several).
+    fn writes(self) -> bool {
+        self.mode != Some("shared") && self.permits.is_none()
+    }
+
+    fn record(self, e: &mut Event) {
+        e.mode = self.mode.map(str::to_owned);
+        if let Some((p, l)) = self.permits {
+            e.permits = Some(p);
+            e.limit = Some(l);
+        }
+    }
 }
 
 /// One worker (a Jepsen "process").
@@ -132,10 +171,16 @@ impl Worker {
                     _ => (Kind::Name, self.pick(&self.cfg.names.clone())),
                 };
                 self.read(kind, &key).await;
-            } else if r < 60 {
+            } else if r < 35 {
                 let key = self.pick(&self.cfg.locks.clone());
                 self.session(Kind::Lock, key).await;
-            } else if r < 80 {
+            } else if r < 50 && !self.cfg.rw_locks.is_empty() {
+                let key = self.pick(&self.cfg.rw_locks.clone());
+                self.session(Kind::RwLock, key).await;
+            } else if r < 65 && !self.cfg.semaphores.is_empty() {
+                let key = self.pick(&self.cfg.semaphores.clone());
+                self.session(Kind::Semaphore, key).await;
+            } else if r < 82 {
                 let key = self.pick(&self.cfg.elections.clone());
                 self.session(Kind::Election, key).await;
             } else {
@@ -156,8 +201,27 @@ impl Worker {
         } else {
             self.rng.gen_range(100..1000)
         };
+        let ask = match kind {
+            // One writer in four.
+            Kind::RwLock => Ask {
+                mode: Some(if self.rng.gen_bool(0.25) {
+                    "exclusive"
+                } else {
+                    "shared"
+                }),
+                permits: None,
+            },
+            Kind::Semaphore => {
+                let limit = self.cfg.semaphore_limit.max(1);
+                Ask {
+                    mode: None,
+                    permits: Some((self.rng.gen_range(1..=limit.min(2)), limit)),
+                }
+            }
+            _ => Ask::default(),
+        };
         let sent = Instant::now();
-        let Some((lease, token)) = self.grant(kind, &key, &holder, wait_ms).await else {
+        let Some((lease, token)) = self.grant(kind, &key, &holder, wait_ms, ask).await else {
             let d = Duration::from_millis(self.rng.gen_range(50..300));
             self.sleep(d).await;
             return;
@@ -169,6 +233,7 @@ impl Worker {
             lease,
             token,
             sent,
+            ask,
         };
         let rounds = self.rng.gen_range(1..=6);
         let mut lost = false;
@@ -179,7 +244,7 @@ impl Worker {
                 break;
             }
             let believe = h.sent.elapsed() < Duration::from_millis(ttl);
-            if believe || self.cfg.skip_fencing {
+            if (believe || self.cfg.skip_fencing) && h.ask.writes() {
                 self.pause_point(&h).await;
                 self.write(&h).await;
             }
@@ -247,6 +312,7 @@ impl Worker {
         key: &str,
         holder: &str,
         wait_ms: u64,
+        ask: Ask,
     ) -> Option<(String, u64)> {
         let ttl = self.cfg.ttl_ms;
         let (node, url) = self.url();
@@ -257,6 +323,21 @@ impl Worker {
                 format!("/v1/locks/{key}:acquire"),
                 json!({"ttl_ms": ttl, "holder": holder, "wait_ms": wait_ms}),
             ),
+            Kind::RwLock => (
+                OpKind::Acquire,
+                format!("/v1/locks/{key}:acquire"),
+                json!({"ttl_ms": ttl, "holder": holder, "wait_ms": wait_ms,
+                       "mode": ask.mode.unwrap_or("exclusive")}),
+            ),
+            Kind::Semaphore => {
+                let (permits, limit) = ask.permits.unwrap_or((1, 1));
+                (
+                    OpKind::AcquirePermits,
+                    format!("/v1/semaphores/{key}:acquire"),
+                    json!({"ttl_ms": ttl, "holder": holder, "wait_ms": wait_ms,
+                           "limit": limit, "permits": permits}),
+                )
+            }
             Kind::Election => (
                 OpKind::Campaign,
                 format!("/v1/elections/{key}:campaign"),
@@ -272,6 +353,7 @@ impl Worker {
             e.holder = Some(holder.to_owned());
             e.ttl_ms = Some(ttl);
             e.node = Some(node);
+            ask.record(e);
         });
         let reply = if kind == Kind::Name {
             self.http.put(&url, &path, &body, timeout).await
@@ -294,7 +376,15 @@ impl Worker {
         let sent = Instant::now();
         let (node, url) = self.url();
         let (f, reply) = match h.kind {
-            Kind::Lock => {
+            Kind::Semaphore => {
+                let body = json!({"lease_id": h.lease, "token": h.token});
+                let path = format!("/v1/semaphores/{}:renew", h.key);
+                let p = self.invoke_on(OpKind::RenewPermits, h, true, node);
+                let r = self.http.post(&url, &path, &body, REQUEST_TIMEOUT).await;
+                complete(p, &r, |_, _| {});
+                (OpKind::RenewPermits, r)
+            }
+            Kind::Lock | Kind::RwLock => {
                 let body = json!({"lease_id": h.lease, "token": h.token});
                 let path = format!("/v1/locks/{}:renew", h.key);
                 let p = self.invoke_on(OpKind::Renew, h, true, node);
@@ -347,7 +437,21 @@ impl Worker {
     async fn give_up(&mut self, h: &Holding) {
         let (node, url) = self.url();
         match h.kind {
-            Kind::Lock => {
+            Kind::Semaphore => {
+                let body = json!({"lease_id": h.lease, "token": h.token});
+                let p = self.invoke_on(OpKind::ReleasePermits, h, true, node);
+                let r = self
+                    .http
+                    .post(
+                        &url,
+                        &format!("/v1/semaphores/{}:release", h.key),
+                        &body,
+                        REQUEST_TIMEOUT,
+                    )
+                    .await;
+                complete(p, &r, |_, _| {});
+            }
+            Kind::Lock | Kind::RwLock => {
                 let body = json!({"lease_id": h.lease, "token": h.token});
                 let p = self.invoke_on(OpKind::Release, h, true, node);
                 let r = self
@@ -428,9 +532,10 @@ impl Worker {
 
 fn kind_path(kind: Kind) -> &'static str {
     match kind {
-        Kind::Lock => "locks",
+        Kind::Lock | Kind::RwLock => "locks",
         Kind::Election => "elections",
         Kind::Name => "names",
+        Kind::Semaphore => "semaphores",
     }
 }
 

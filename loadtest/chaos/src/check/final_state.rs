@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::session::sessions;
-use super::{Verdict, FINAL_PROCESS};
+use super::{multi_holder_keys, Verdict, FINAL_PROCESS};
 use crate::history::{Op, OpKind};
 
 /// For each key's final read F (by the harness, after the nemesis healed everything):
@@ -24,7 +24,12 @@ pub fn check_final_state(ops: &[Op]) -> Verdict {
         return v;
     }
     let sessions = sessions(ops);
+    // A read shows one holder: shared locks and semaphores are not judged here.
+    let multi = multi_holder_keys(ops);
     for ((key, holder), s) in &sessions {
+        if multi.contains(key) {
+            continue;
+        }
         let Some(f) = finals.get(key) else { continue };
         let Some(token) = s.token() else { continue };
         v.checked += 1;

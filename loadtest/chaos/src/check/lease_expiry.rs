@@ -7,7 +7,13 @@ use super::Verdict;
 use crate::history::{Op, Outcome};
 
 /// Error codes that say the lease, or the holding on it, is gone.
-const GONE: &[&str] = &["lease_not_found", "lock_lost", "not_leader", "not_owner"];
+const GONE: &[&str] = &[
+    "lease_not_found",
+    "lock_lost",
+    "not_leader",
+    "not_owner",
+    "permits_lost",
+];
 
 /// See the module documentation.
 pub fn check_lease_expiry(ops: &[Op]) -> Verdict {

@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 
 use super::lock_model::{LockModel, ModelOp, ModelState};
-use super::{by_key, Verdict};
+use super::{by_key, multi_holder_keys, Verdict};
 use crate::history::{Op, Outcome};
 
 /// Search limits.
@@ -52,7 +52,13 @@ pub enum Search {
 /// See the module documentation.
 pub fn check_linearizable(ops: &[Op], config: &LinearizableConfig) -> Verdict {
     let mut v = Verdict::new("linearizable");
+    // The model is a lock with one holder: shared locks and semaphores are judged
+    // by mutual-exclusion and semaphore-limit instead.
+    let multi = multi_holder_keys(ops);
     for (key, kops) in by_key(ops) {
+        if multi.contains(key) {
+            continue;
+        }
         let mut model = LockModel::default();
         let prepared: Vec<(&Op, ModelOp)> = kops
             .iter()

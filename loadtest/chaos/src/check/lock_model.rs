@@ -89,7 +89,10 @@ impl LockModel {
             OpKind::Keepalive => Role::Keepalive,
             OpKind::Release | OpKind::Resign | OpKind::Unregister => Role::GiveUp,
             OpKind::Read => Role::Read,
-            OpKind::Write => return None,
+            OpKind::Write
+            | OpKind::AcquirePermits
+            | OpKind::RenewPermits
+            | OpKind::ReleasePermits => return None,
         };
         if op.outcome == Outcome::Unknown && !matches!(role, Role::Grant | Role::GiveUp) {
             return None;

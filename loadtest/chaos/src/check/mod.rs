@@ -14,7 +14,7 @@ mod verdict;
 
 use std::collections::BTreeMap;
 
-pub use exclusive::check_exclusive;
+pub use exclusive::{check_exclusive, check_semaphore_limit};
 pub use final_state::check_final_state;
 pub use lease_expiry::check_lease_expiry;
 pub use linearizable::{check_linearizable, LinearizableConfig};
@@ -50,8 +50,20 @@ pub fn run_all(input: &CheckInput, lin: &LinearizableConfig) -> Vec<Verdict> {
         check_final_state(&input.ops),
         check_lease_expiry(&input.ops),
         check_exclusive(&input.ops),
+        check_semaphore_limit(&input.ops),
         check_linearizable(&input.ops, lin),
     ]
+}
+
+/// Keys that may have several holders at once (issue 17): locks taken in a mode
+/// (shared-lock keys) and semaphores. The checkers that model a key as having one
+/// holder (no-stale-success, linearizable, final-state) skip them; mutual-exclusion
+/// judges their modes and semaphore-limit their permits.
+pub(crate) fn multi_holder_keys(ops: &[Op]) -> std::collections::BTreeSet<&str> {
+    ops.iter()
+        .filter(|o| o.mode.is_some() || o.f.is_semaphore())
+        .map(|o| o.key.as_str())
+        .collect()
 }
 
 /// Ops grouped by key, each group in invoke order.
@@ -97,6 +109,9 @@ pub(crate) mod testing {
             held: None,
             seq: None,
             node: None,
+            mode: None,
+            permits: None,
+            limit: None,
         }
     }
 

@@ -64,8 +64,10 @@ impl<'a> Session<'a> {
 /// by the contract; a re-registration or proclaim is not counted.
 fn refreshes(o: &Op, first_grant: Option<u64>) -> bool {
     match o.f {
-        OpKind::Renew | OpKind::Keepalive => true,
-        OpKind::Acquire | OpKind::Campaign | OpKind::Register => Some(o.id) == first_grant,
+        OpKind::Renew | OpKind::Keepalive | OpKind::RenewPermits => true,
+        OpKind::Acquire | OpKind::Campaign | OpKind::Register | OpKind::AcquirePermits => {
+            Some(o.id) == first_grant
+        }
         _ => false,
     }
 }
