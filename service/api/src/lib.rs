@@ -35,6 +35,8 @@
 //! - `disconnect`: noticing that a waiting request's client went away ([`on_connect`],
 //!   [`client_gone`]).
 //! - [`openapi`]: the OpenAPI document, generated from the handlers ([`ApiDoc`]).
+//! - [`operation`]: the OpenAPI operation id of a routed request, the name that
+//!   request metrics and spans carry.
 //! - `spec_rules`: rules applied to the generated document for whole classes of
 //!   operations (auth, error statuses, bounds, links).
 //! - `spec_examples`: the document's success examples, serialized from the answer types.
@@ -54,6 +56,7 @@ pub mod members;
 pub mod multi_acquire;
 pub mod names;
 pub mod openapi;
+pub mod operation;
 pub mod paging;
 pub mod rate_limit;
 pub mod request;

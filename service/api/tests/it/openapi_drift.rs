@@ -157,3 +157,13 @@ fn every_success_answer_with_a_body_has_an_example_of_its_schema() {
         "answers without an example: {missing:#?}"
     );
 }
+
+#[test]
+fn every_route_has_an_operation_id_for_telemetry() {
+    // Request metrics and spans are named by operation id: a route the lookup
+    // cannot name would be counted as `unrouted`.
+    let operations = baton_api::operation::all_operations();
+    assert_eq!(operations.len(), baton_api::route_table().len());
+    assert!(operations.contains(&"acquire_lock"), "{operations:?}");
+    assert!(!operations.contains(&baton_api::operation::UNROUTED));
+}

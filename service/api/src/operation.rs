@@ -1,0 +1,66 @@
+//! The OpenAPI operation a request was routed to: the name request metrics and
+//! trace spans carry, rather than the route regex or the raw path (whose names
+//! would make every lock its own label value).
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use actix_web::http::Method;
+use actix_web::HttpRequest;
+use utoipa::OpenApi;
+
+use crate::openapi::ApiDoc;
+use crate::routes::route_table;
+
+/// The operation name of requests no route matched (404, 405, a name with `:`).
+pub const UNROUTED: &str = "unrouted";
+
+/// `(method, router pattern)` -> OpenAPI `operationId`, built once from the
+/// route table and the generated document, so it cannot disagree with either.
+fn operations() -> &'static HashMap<(Method, String), &'static str> {
+    static TABLE: OnceLock<HashMap<(Method, String), &'static str>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let doc = ApiDoc::openapi();
+        let mut table = HashMap::new();
+        for entry in route_table() {
+            let Some(item) = doc.paths.paths.get(&entry.template()) else {
+                continue;
+            };
+            let operation = match entry.method {
+                Method::GET => item.get.as_ref(),
+                Method::POST => item.post.as_ref(),
+                Method::PUT => item.put.as_ref(),
+                Method::DELETE => item.delete.as_ref(),
+                _ => None,
+            };
+            if let Some(id) = operation.and_then(|operation| operation.operation_id.clone()) {
+                // Leaked once per route at start-up: label values and span
+                // names are `&'static str` on the hot path, never allocated.
+                let id: &'static str = Box::leak(id.into_boxed_str());
+                table.insert(
+                    (entry.method.clone(), format!("{}{}", entry.scope, entry.pattern)),
+                    id,
+                );
+            }
+        }
+        table
+    })
+}
+
+/// The OpenAPI operation id of a routed request (`acquire_lock`), or
+/// [`UNROUTED`] when no route matched.
+pub fn operation_of(request: &HttpRequest) -> &'static str {
+    request
+        .match_pattern()
+        .and_then(|pattern| operations().get(&(request.method().clone(), pattern)).copied())
+        .unwrap_or(UNROUTED)
+}
+
+/// Every operation id the router can report (for pre-registering metric
+/// series, so a scrape shows zeros rather than missing series).
+pub fn all_operations() -> Vec<&'static str> {
+    let mut ids: Vec<&'static str> = operations().values().copied().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
