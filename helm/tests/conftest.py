@@ -36,7 +36,9 @@ SCENARIOS = {
         "clusterSecret": {"existingSecret": "my-secret", "key": "secret"},
         "serviceMonitor": {"enabled": True, "bearerTokenSecret": {"name": "baton-metrics-token"}},
         "networkPolicy": {"enabled": True},
-        "otel": {"endpoint": "http://otel:4317", "serviceName": "baton"},
+        "otel": {"endpoint": "http://otel:4318", "serviceName": "baton", "sampler": "parentbased_traceidratio",
+                 "samplerArg": "0.1"},
+        "grafanaDashboard": {"enabled": True},
         "sidecarExample": {"enabled": True},
     },
     "auth file from values": {

@@ -84,6 +84,9 @@ SCHEMA_REFUSALS = {
     "a misspelt principal field": (
         {"auth": {"enabled": True, "file": {"principals": [{"name": "a", "role": "client", "lock": ["a/"]}]}}},
         "lock"),
+    "an OpenTelemetry sampler the SDKs do not have": ({"otel": {"sampler": "sometimes"}}, "/otel/sampler"),
+    "a sampler ratio above 1": ({"otel": {"samplerArg": "1.5"}}, "/otel/samplerArg"),
+    "a misspelt dashboard key": ({"grafanaDashboard": {"enable": True}}, "enable"),
     "an unknown endpoint access": (
         {"auth": {"enabled": True, "file": {"principals": [{"name": "a", "role": "admin"}],
                                             "endpoints": {"metrics": "public"}}}},

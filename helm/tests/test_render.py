@@ -4,12 +4,13 @@ the cluster secret, optional parts that appear only when asked for)."""
 from __future__ import annotations
 
 import base64
+import json
 
 import yaml
 
 import pytest
 
-from conftest import DIGEST, find, render, render_files
+from conftest import CHART_DIR, DIGEST, find, render, render_files
 
 FQDN = "locks-baton-{i}.locks-baton-headless.ns1.svc.{domain}"
 
@@ -307,6 +308,22 @@ def test_otel_env_only_when_set(chart):
     only_endpoint = set(env(voter(render(chart, {"otel": {"endpoint": "http://c:4317"}}))))
     assert only_endpoint == {"POD_NAME", "BATON_CLUSTER_SECRET", "BATON_ACCEPT_CLUSTER_SECRET",
                              "OTEL_EXPORTER_OTLP_ENDPOINT"}
+    disabled = env(voter(render(chart, {"otel": {"endpoint": "http://c:4318", "sdkDisabled": True}})))
+    assert disabled["OTEL_SDK_DISABLED"] == {"name": "OTEL_SDK_DISABLED", "value": "true"}
+    assert "OTEL_SDK_DISABLED" not in env(voter(render(chart, {"otel": {"sdkDisabled": False}})))
+
+
+def test_grafana_dashboard_config_map_only_when_enabled(chart):
+    assert not [d for d in render(chart) if d["kind"] == "ConfigMap"]
+    docs = render(chart, {"grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "Baton"}}})
+    config_map = find(docs, "ConfigMap", "locks-baton-dashboard")
+    # Grafana's dashboard sidecar loads ConfigMaps by this label.
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert config_map["metadata"]["annotations"] == {"grafana_folder": "Baton"}
+    shipped = json.loads((CHART_DIR / "dashboards" / "baton.json").read_text())
+    assert json.loads(config_map["data"]["baton.json"]) == shipped
+    assert not [d for d in render(chart, {"grafanaDashboard": {"enabled": True}, "templatesOnly": True})
+                if d["kind"] == "ConfigMap"]
 
 
 def test_extra_args_and_env(chart):

@@ -39,8 +39,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import NAMESPACE, RELEASE, find, render
+from conftest import CHART_DIR, NAMESPACE, RELEASE, find, render
 from podrun import (LOCAL_HOSTS, Loopback, flag_names, localize, ports_in, resolve_env, secret_volume_files,
                     write_secret_volume)
 
@@ -318,6 +319,50 @@ def test_lock_cycle_through_the_rendered_sidecar(cluster):
                             {"lease_id": lease["lease_id"], "token": grant["token"]})
     assert status == 200, released
     assert released["released"] is True
+
+
+# The sample names each family type puts in the text format.
+SAMPLE_SUFFIXES = {"counter": ["_total"], "gauge": [""], "histogram": ["_bucket", "_sum", "_count"]}
+
+
+def dashboard_queries() -> list[str]:
+    """Every PromQL expression of the shipped dashboard: panel targets (rows
+    included) and template variable queries."""
+    dashboard = json.loads((CHART_DIR / "dashboards" / "baton.json").read_text())
+    queries = []
+
+    def panels(items):
+        for panel in items:
+            queries.extend(target["expr"] for target in panel.get("targets", []))
+            panels(panel.get("panels", []))
+
+    panels(dashboard["panels"])
+    for variable in dashboard["templating"]["list"]:
+        query = variable.get("query")
+        if variable["type"] == "query":
+            queries.append(query["query"] if isinstance(query, dict) else query)
+    return queries
+
+
+def test_dashboard_queries_use_only_metrics_the_voters_expose(cluster):
+    """Every metric name in the dashboard is one the rendered voters' /metrics
+    expose (parsed with the Prometheus client's own parser), so the two cannot
+    drift apart; and the dashboard covers what the chart README promises."""
+    exposed = set()
+    for pod in cluster["pods"]:
+        status, text, _ = exchange("GET", f"http://127.0.0.1:{cluster['api'][pod]}/metrics", timeout=5)
+        assert status == 200, (pod, text)
+        for family in text_string_to_metric_families(text):
+            exposed.update(family.name + suffix for suffix in SAMPLE_SUFFIXES[family.type])
+    queries = dashboard_queries()
+    used = {name for query in queries for name in re.findall(r"\b(baton_[a-z0-9_]+)\b", query)}
+    assert used, "the dashboard queries no Baton metric"
+    assert not used - exposed, f"the dashboard uses metrics no voter exposes: {sorted(used - exposed)}"
+    for promised in ("baton_requests_total", "baton_request_duration_seconds_bucket", "baton_wait_seconds_bucket",
+                     "baton_hold_seconds_bucket", "baton_lease_expiries_total", "baton_raft_leader_changes_total",
+                     "baton_log_append_seconds_bucket", "baton_commit_apply_lag_seconds_bucket",
+                     "baton_proposer_queue_depth"):
+        assert promised in used, f"no panel shows {promised}"
 
 
 def test_voter_http_probes_answer(cluster):

@@ -2,6 +2,7 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
+use baton_metrics::Exposition;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -102,7 +103,9 @@ pub async fn readyz(state: web::Data<ApiState>) -> HttpResponse {
     }
 }
 
-/// Prometheus text exposition of the node's gauges.
+/// Prometheus text exposition (format 0.0.4) of the node's metrics: gauges of
+/// the applied state and Raft, counters and histograms of requests, waits, hold
+/// times, proposals, the log and snapshots (README, "Observability", lists them).
 #[utoipa::path(get, operation_id = "metrics", path = "/metrics", tag = "health",
     responses((status = 200, content_type = "text/plain; version=0.0.4", body = String)))]
 pub async fn metrics(state: web::Data<ApiState>) -> HttpResponse {
@@ -157,18 +160,18 @@ pub async fn metrics(state: web::Data<ApiState>) -> HttpResponse {
             state.node.waiters().len() as f64,
         ),
     ];
-    let mut text = String::new();
+    let mut out = Exposition::new();
     for (name, help, value) in lines {
-        text.push_str(&format!(
-            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"
-        ));
+        out.gauge(name, help, value);
     }
-    let internal = crate::error::INTERNAL_ERRORS.load(std::sync::atomic::Ordering::Relaxed);
-    text.push_str(&format!(
-        "# HELP baton_internal_errors_total Answers of 500 internal (a bug in Baton) since this process started.\n\
-         # TYPE baton_internal_errors_total counter\nbaton_internal_errors_total {internal}\n"
-    ));
+    out.counter_value(
+        "baton_internal_errors_total",
+        "Answers of 500 internal (a bug in Baton) since this process started.",
+        crate::error::INTERNAL_ERRORS.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    state.node.write_metrics(&mut out);
+    state.metrics.write(&mut out);
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
-        .body(text)
+        .body(out.finish())
 }

@@ -37,6 +37,8 @@
 //! - [`openapi`]: the OpenAPI document, generated from the handlers ([`ApiDoc`]).
 //! - [`operation`]: the OpenAPI operation id of a routed request, the name that
 //!   request metrics and spans carry.
+//! - [`request_metrics`]: requests by operation, status and code, latency by
+//!   operation, refusals and watch streams (the API's half of `/metrics`).
 //! - `spec_rules`: rules applied to the generated document for whole classes of
 //!   operations (auth, error statuses, bounds, links).
 //! - `spec_examples`: the document's success examples, serialized from the answer types.
@@ -60,6 +62,7 @@ pub mod operation;
 pub mod paging;
 pub mod rate_limit;
 pub mod request;
+pub mod request_metrics;
 pub mod respond;
 mod routes;
 pub mod semaphores;

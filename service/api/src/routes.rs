@@ -209,6 +209,7 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg: &mut web::ServiceConfig| {
         let revision_state = state.clone();
         let admission_state = state.clone();
+        let metrics = state.metrics.clone();
         let auth = state.auth.clone();
         cfg.app_data(web::Data::new(state))
             .app_data(web::QueryConfig::default().error_handler(query_error))
@@ -255,6 +256,12 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                                 Err(refused) => Ok(refused),
                             }
                         }
+                    })
+                    // Outside admission: its refusals (401, 403, 429) count too.
+                    .wrap_fn(move |request, service| {
+                        crate::request_metrics::count(metrics.clone(), request, |request| {
+                            service.call(request)
+                        })
                     })
                     .configure(register_routes)
                     .default_service(web::to(no_route)),

@@ -41,4 +41,6 @@ pub struct ApiState {
     pub auth: Option<Arc<crate::auth::Authenticator>>,
     /// The request-rate buckets of this node (shared by every worker).
     pub rate_limiter: Arc<crate::rate_limit::RateLimiter>,
+    /// Request counts and latencies of this node's API (shared by every worker).
+    pub metrics: Arc<crate::request_metrics::RequestMetrics>,
 }

@@ -25,6 +25,7 @@ use utoipa::IntoParams;
 use crate::auth::{AuthPolicy, Caller, Kind};
 use crate::error::{ApiError, Problem};
 use crate::request::checked_name;
+use crate::request_metrics::RequestMetrics;
 use crate::respond::REVISION_HEADER;
 use crate::state::ApiState;
 
@@ -220,6 +221,7 @@ fn open(
         .watch_hub()
         .subscribe(since, &principal(request), filter)?;
     let start = subscription.cursor();
+    state.metrics.watch_opened();
     let mut bookmarks = tokio::time::interval(interval);
     bookmarks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let revocation = state.auth.as_ref().map(|auth| {
@@ -233,6 +235,7 @@ fn open(
         }
     });
     let stream = EventStream {
+        metrics: state.metrics.clone(),
         subscription,
         pending: VecDeque::new(),
         bookmarks,
@@ -250,6 +253,7 @@ fn open(
 
 /// One open stream: its hub subscription and the frames ready to send.
 struct EventStream {
+    metrics: Arc<RequestMetrics>,
     subscription: Subscription,
     /// Frames taken from the hub, not yet sent (at most [`BATCH`] + 1); they
     /// share the hub's bytes.
@@ -310,6 +314,7 @@ impl EventStream {
                 .as_mut()
                 .is_some_and(|revocation| !revocation.still_valid());
             if revoked {
+                self.metrics.watch_resynced(None);
                 self.end("unauthorized");
                 continue;
             }
@@ -336,7 +341,10 @@ impl EventStream {
                         }
                     }
                 }
-                Step::End(reason) => self.end(reason.as_str()),
+                Step::End(reason) => {
+                    self.metrics.watch_resynced(Some(reason));
+                    self.end(reason.as_str());
+                }
             }
         }
     }

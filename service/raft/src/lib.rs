@@ -35,6 +35,8 @@
 //!   reads from its own cursor.
 //! - `watch_event`: [`WatchEvent`], one change as watch streams publish it, its SSE frame
 //!   encoded once.
+//! - `metrics`: [`NodeMetrics`], what a node counts (grants, releases, waits, hold
+//!   times, proposals, leader changes, calls to the leader) and [`Node::write_metrics`].
 //! - `membership`: adding members (learner first, voter once caught up) and removing
 //!   them, on the leader.
 //! - `handover`: a leader handing over to a caught-up voter before it shuts down.
@@ -50,6 +52,7 @@ mod leader_call;
 mod leader_link;
 mod lease_clock;
 mod membership;
+mod metrics;
 mod network;
 mod node;
 mod peer_server;
@@ -67,6 +70,7 @@ pub use error::RaftLayerError;
 pub use leader_call::{LeaderAnswer, LeaderCall, LeaderResult, PeerStatus};
 pub use leader_link::{LeaderLink, LinkError};
 pub use lease_clock::LeaseClock;
+pub use metrics::NodeMetrics;
 pub use network::{peer_http_client, HttpNetwork, CLUSTER_SECRET_HEADER};
 pub use node::{ClusterStatus, Member, Node, StartError};
 pub use peer_server::{peer_routes, secret_matches};

@@ -14,6 +14,7 @@ use crate::error::RaftLayerError;
 use crate::leader_call::{LeaderCall, LeaderResult, PeerStatus};
 use crate::leader_link::LeaderLink;
 use crate::lease_clock::LeaseClock;
+use crate::metrics::NodeMetrics;
 use crate::network::{peer_http_client, HttpNetwork};
 use crate::proposer::{wall_clock_ms, Proposer};
 use crate::waiters::WaiterRegistry;
@@ -76,10 +77,12 @@ struct Dispatcher {
     waiters: Arc<WaiterRegistry>,
     snapshots_installed: Arc<AtomicU64>,
     watch: Arc<WatchHub>,
+    metrics: Arc<NodeMetrics>,
 }
 
 impl ApplyObserver for Dispatcher {
-    fn applied(&self, _log_index: u64, outcomes: &[Outcome]) {
+    fn applied(&self, _log_index: u64, now_ms: u64, outcomes: &[Outcome]) {
+        self.metrics.applied(now_ms, outcomes);
         for outcome in outcomes {
             if !outcome.events.is_empty() {
                 self.clock.on_events(&outcome.events);
@@ -91,6 +94,7 @@ impl ApplyObserver for Dispatcher {
 
     fn snapshot_installed(&self, revision: u64) {
         self.snapshots_installed.fetch_add(1, Ordering::Relaxed);
+        self.metrics.snapshot_installed();
         self.watch.snapshot_installed(revision);
     }
 }
@@ -110,6 +114,7 @@ pub struct Node {
     /// leader calls, so the voters' leader lease can run out.
     pub(crate) handing_over: AtomicBool,
     snapshots_installed: Arc<AtomicU64>,
+    pub(crate) metrics: Arc<NodeMetrics>,
     pub(crate) stop: watch::Sender<bool>,
 }
 
@@ -129,11 +134,13 @@ impl Node {
         // History starts at the restored snapshot; openraft re-applies the log
         // after it (through the observer), which refills it.
         let watch = WatchHub::start(config.watch.clone(), shared.read().machine.revision());
+        let metrics = Arc::new(NodeMetrics::new(state_machine.metrics()));
         state_machine.set_observer(Arc::new(Dispatcher {
             clock: clock.clone(),
             waiters: waiters.clone(),
             snapshots_installed: snapshots_installed.clone(),
             watch: watch.clone(),
+            metrics: metrics.clone(),
         }));
         let heartbeat = config.heartbeat.as_millis() as u64;
         let election = config.election_timeout.as_millis() as u64;
@@ -196,11 +203,13 @@ impl Node {
             leading: Arc::new(AtomicBool::new(false)),
             handing_over: AtomicBool::new(false),
             snapshots_installed,
+            metrics,
             stop,
         });
         crate::bootstrap::bootstrap(&node).await?;
         tokio::spawn(watch_leadership(node.clone()));
         tokio::spawn(run_lease_clock(node.clone()));
+        tokio::spawn(crate::metrics::count_leader_changes(node.clone()));
         Ok(node)
     }
 

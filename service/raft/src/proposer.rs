@@ -21,6 +21,7 @@ use openraft::Raft;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::error::RaftLayerError;
+use crate::metrics::ProposerMetrics;
 
 type Reply = oneshot::Sender<Result<Outcome, RaftLayerError>>;
 
@@ -145,6 +146,7 @@ impl LogSink for Raft<TypeConfig> {
 #[derive(Clone)]
 pub struct Proposer {
     tx: mpsc::Sender<Pending>,
+    metrics: Arc<ProposerMetrics>,
 }
 
 /// Current wall-clock time in milliseconds since the Unix epoch.
@@ -192,6 +194,7 @@ impl Proposer {
         max_queued: usize,
     ) -> Proposer {
         let (tx, rx) = mpsc::channel(max_queued.max(1));
+        let metrics = Arc::new(ProposerMetrics::default());
         tokio::spawn(run(
             sink,
             rx,
@@ -200,9 +203,20 @@ impl Proposer {
                 max_batch: max_batch.max(1),
                 in_flight,
                 answer_timeout,
+                metrics: metrics.clone(),
             },
         ));
-        Proposer { tx }
+        Proposer { tx, metrics }
+    }
+
+    /// Requests waiting in the queue for a place in an entry.
+    pub fn queued(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
+    }
+
+    /// Proposals and batch sizes.
+    pub(crate) fn metrics(&self) -> &ProposerMetrics {
+        &self.metrics
     }
 
     /// Proposes one request and waits up to `deadline` until it is committed and
@@ -251,6 +265,7 @@ struct Batching {
     max_batch: usize,
     in_flight: InFlight,
     answer_timeout: Duration,
+    metrics: Arc<ProposerMetrics>,
 }
 
 async fn run(sink: impl LogSink, mut rx: mpsc::Receiver<Pending>, settings: Batching) {
@@ -280,6 +295,7 @@ async fn run(sink: impl LogSink, mut rx: mpsc::Receiver<Pending>, settings: Batc
                 Err(_) => break,
             }
         }
+        settings.metrics.proposed(pending.len());
         let (requests, replies): (Vec<Request>, Vec<Reply>) =
             pending.into_iter().map(|p| (p.request, p.reply)).unzip();
         let batch = Batch {

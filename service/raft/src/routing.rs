@@ -124,17 +124,22 @@ async fn leader_call<T>(
                 Err(RaftLayerError::NotLeader { .. }) => Attempt::Retry("leadership moved".into()),
                 result => Attempt::Done(result),
             },
-            Route::Remote(addr) => match node.link.call(&addr, &call, timeout).await {
-                Ok(Err(RaftLayerError::NotLeader { .. })) => {
-                    Attempt::Retry(format!("{addr} no longer leads"))
+            Route::Remote(addr) => {
+                let started = std::time::Instant::now();
+                let answered = node.link.call(&addr, &call, timeout).await;
+                node.metrics.leader_call(&call, started.elapsed());
+                match answered {
+                    Ok(Err(RaftLayerError::NotLeader { .. })) => {
+                        Attempt::Retry(format!("{addr} no longer leads"))
+                    }
+                    Ok(result) => Attempt::Done(result),
+                    Err(error @ LinkError::NotSent { .. }) => Attempt::Retry(error.to_string()),
+                    Err(error @ LinkError::Lost { .. }) if retry_lost => {
+                        Attempt::Retry(error.to_string())
+                    }
+                    Err(error) => return Err(RaftLayerError::outcome_unknown(error)),
                 }
-                Ok(result) => Attempt::Done(result),
-                Err(error @ LinkError::NotSent { .. }) => Attempt::Retry(error.to_string()),
-                Err(error @ LinkError::Lost { .. }) if retry_lost => {
-                    Attempt::Retry(error.to_string())
-                }
-                Err(error) => return Err(RaftLayerError::outcome_unknown(error)),
-            },
+            }
         };
         match attempt {
             Attempt::Done(result) => return expect(result?).map_err(|other| unexpected(&other)),
@@ -269,10 +274,13 @@ async fn keep_alive_local(node: &Node, lease_id: LeaseId) -> Result<Option<u64>,
     caught_up_to(node, index).await?;
     let known = node.read(|sm| sm.lease_ttl_ms(lease_id));
     let Some(ttl_ms) = known else {
+        node.metrics.keepalive(false);
         return Ok(None);
     };
     // `None` here: unknown to the clock, or its expiry is already proposed.
-    Ok(node.clock.keep_alive(lease_id).map(|_| ttl_ms))
+    let kept = node.clock.keep_alive(lease_id).map(|_| ttl_ms);
+    node.metrics.keepalive(kept.is_some());
+    Ok(kept)
 }
 
 /// Waits until this replica has applied log index `index`.

@@ -7,6 +7,7 @@ use baton_core::{Command, IdempotencyKey, Outcome, Reply, Request, WaiterId};
 use tokio::sync::oneshot;
 
 use crate::error::RaftLayerError;
+use crate::metrics::WaitOutcome;
 use crate::node::Node;
 use crate::waiters::WaitEnd;
 
@@ -202,6 +203,30 @@ pub(crate) async fn propose_and_wait(
             return Ok(Waited::Immediate(outcome));
         }
     }
+    let queued_at = std::time::Instant::now();
+    node.metrics.wait_started(&kind);
+    let waited = wait_in_line(node, &mut guard, &kind, waiter, wait, abandoned).await;
+    let outcome = match &waited {
+        Ok(Waited::Ended(WaitEnd::Ended(_))) => WaitOutcome::LeaseEnded,
+        Ok(Waited::Ended(_)) => WaitOutcome::Granted,
+        Ok(Waited::TimedOut) => WaitOutcome::TimedOut,
+        Ok(Waited::Abandoned) => WaitOutcome::ClientGone,
+        Ok(Waited::Immediate(_)) | Err(_) => WaitOutcome::Failed,
+    };
+    node.metrics.wait_ended(&kind, queued_at, outcome);
+    waited
+}
+
+/// The wait of a request that has queued, until its end (see
+/// [`propose_and_wait`]).
+async fn wait_in_line(
+    node: &Arc<Node>,
+    guard: &mut AbandonGuard,
+    kind: &QueueKind,
+    waiter: WaiterId,
+    wait: Duration,
+    abandoned: impl std::future::Future<Output = ()>,
+) -> Result<Waited, RaftLayerError> {
     let ended = {
         let Some(rx) = guard.rx.as_mut() else {
             guard.disarm();
@@ -224,7 +249,7 @@ pub(crate) async fn propose_and_wait(
         }
         Err(_) => {
             let rx = guard.rx.take();
-            let raced = cancel(node, &kind, waiter, rx).await;
+            let raced = cancel(node, kind, waiter, rx).await;
             guard.disarm();
             match raced {
                 Ok(Some(end)) => Ok(Waited::Ended(end)),

@@ -155,6 +155,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
         auth: auth.clone(),
         rate_limiter: Default::default(),
+        metrics: Default::default(),
     };
     let server = HttpServer::new(move || App::new().configure(configure(state.clone())))
         .on_connect(on_connect)

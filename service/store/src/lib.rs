@@ -31,11 +31,14 @@
 //!   log keys as big-endian indexes.
 //! - `db`: opening RocksDB with its column families (`log`, `meta`, `snapshot`) and keys.
 //! - `error`: [`StoreError`], failures of opening, encoding and RocksDB.
+//! - `metrics`: [`StoreMetrics`], append and fsync latency, entries written, snapshots
+//!   built, commit-to-apply lag.
 
 mod codec;
 mod db;
 mod error;
 mod log_store;
+mod metrics;
 mod shared;
 mod snapshot;
 mod snapshot_builder;
@@ -46,6 +49,7 @@ use std::path::Path;
 
 pub use error::StoreError;
 pub use log_store::LogStore;
+pub use metrics::StoreMetrics;
 pub use shared::{AppliedState, ApplyObserver, SharedState};
 pub use snapshot_builder::SnapshotBuilder;
 pub use state_machine_store::StateMachineStore;
@@ -83,6 +87,8 @@ pub fn open_with(
     durability: Durability,
 ) -> Result<(LogStore, StateMachineStore), StoreError> {
     let db = db::open_db(path)?;
-    let state_machine = StateMachineStore::open(db.clone(), durability)?;
-    Ok((LogStore::new(db, durability), state_machine))
+    // One set per node, shared by both halves (`StateMachineStore::metrics`).
+    let metrics = std::sync::Arc::new(StoreMetrics::default());
+    let state_machine = StateMachineStore::open(db.clone(), durability, metrics.clone())?;
+    Ok((LogStore::new(db, durability, metrics), state_machine))
 }

@@ -14,6 +14,7 @@ use serde::Serialize;
 use crate::codec::{self, decode, encode, log_key, LOG_KEY_END};
 use crate::db::{self, CF_LOG, CF_META, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE};
 use crate::error::StoreError;
+use crate::metrics::StoreMetrics;
 use crate::type_config::{Entry, LogId, LogState, StorageResult, TypeConfig, Vote};
 use crate::Durability;
 
@@ -49,6 +50,7 @@ use crate::Durability;
 pub struct LogStore {
     db: Arc<DB>,
     durability: Durability,
+    metrics: Arc<StoreMetrics>,
 }
 
 impl Debug for LogStore {
@@ -60,8 +62,12 @@ impl Debug for LogStore {
 }
 
 impl LogStore {
-    pub(crate) fn new(db: Arc<DB>, durability: Durability) -> Self {
-        LogStore { db, durability }
+    pub(crate) fn new(db: Arc<DB>, durability: Durability, metrics: Arc<StoreMetrics>) -> Self {
+        LogStore {
+            db,
+            durability,
+            metrics,
+        }
     }
 
     /// Options for the writes Raft needs on disk before they are acknowledged.
@@ -144,7 +150,9 @@ impl LogStore {
     fn write_entries(&self, entries: impl IntoIterator<Item = Entry>) -> Result<(), StoreError> {
         let cf = db::cf(&self.db, CF_LOG)?;
         let mut batch = WriteBatch::default();
+        let mut count = 0;
         for entry in entries {
+            count += 1;
             batch.put_cf(
                 cf,
                 log_key(entry.log_id.index),
@@ -152,6 +160,7 @@ impl LogStore {
             );
         }
         self.db.write_opt(batch, &self.durable_write())?;
+        self.metrics.entries_appended.add(count);
         Ok(())
     }
 
@@ -241,6 +250,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> StorageResult<()> {
+        if let Some(committed) = &committed {
+            self.metrics.committed(committed.index);
+        }
         self.put_meta(
             KEY_COMMITTED,
             "committed log id",
@@ -262,7 +274,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        match self.write_entries(entries) {
+        let started = std::time::Instant::now();
+        let written = self.write_entries(entries);
+        self.metrics.append.observe_duration(started.elapsed());
+        match written {
             Ok(()) => {
                 // The batch was written with sync: the entries are on disk.
                 callback.log_io_completed(Ok(()));

@@ -28,9 +28,10 @@ pub struct AppliedState {
 /// (e.g. to a channel) rather than doing it here.
 pub trait ApplyObserver: Send + Sync + 'static {
     /// The outcomes of the normal entry at `log_index`, one per request of its
-    /// batch, in request order. Called for every normal entry, in log order,
-    /// including entries re-applied from the log at startup.
-    fn applied(&self, log_index: u64, outcomes: &[Outcome]);
+    /// batch, in request order, and the batch's leader-stamped `now_ms`. Called
+    /// for every normal entry, in log order, including entries re-applied from
+    /// the log at startup.
+    fn applied(&self, log_index: u64, now_ms: u64, outcomes: &[Outcome]);
 
     /// A snapshot replaced the whole state; its revision is `revision`.
     /// Outcomes of the entries it covers are never delivered.

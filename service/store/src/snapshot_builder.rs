@@ -6,6 +6,7 @@ use std::sync::Arc;
 use openraft::{RaftSnapshotBuilder, StorageIOError};
 
 use crate::error::StoreError;
+use crate::metrics::StoreMetrics;
 use crate::shared::AppliedState;
 use crate::snapshot::{SnapshotEnvelope, SnapshotStore, StoredSnapshot};
 use crate::type_config::{Snapshot, SnapshotMeta, StorageResult, TypeConfig};
@@ -19,11 +20,20 @@ use crate::type_config::{Snapshot, SnapshotMeta, StorageResult, TypeConfig};
 pub struct SnapshotBuilder {
     view: AppliedState,
     snapshots: Arc<SnapshotStore>,
+    metrics: Arc<StoreMetrics>,
 }
 
 impl SnapshotBuilder {
-    pub(crate) fn new(view: AppliedState, snapshots: Arc<SnapshotStore>) -> Self {
-        SnapshotBuilder { view, snapshots }
+    pub(crate) fn new(
+        view: AppliedState,
+        snapshots: Arc<SnapshotStore>,
+        metrics: Arc<StoreMetrics>,
+    ) -> Self {
+        SnapshotBuilder {
+            view,
+            snapshots,
+            metrics,
+        }
     }
 
     fn build(&self) -> Result<Snapshot, StoreError> {
@@ -41,6 +51,7 @@ impl SnapshotBuilder {
         if !self.snapshots.save(&stored, true)? {
             tracing::info!(snapshot = %stored.meta, "a newer snapshot is stored; not replacing it");
         }
+        self.metrics.snapshots_built.inc();
         Ok(Snapshot {
             meta: stored.meta,
             snapshot: Box::new(Cursor::new(stored.data)),

@@ -9,6 +9,7 @@ use openraft::{EntryPayload, OptionalSend, StorageIOError};
 use rocksdb::DB;
 
 use crate::error::StoreError;
+use crate::metrics::StoreMetrics;
 use crate::shared::{AppliedState, ApplyObserver, SharedState};
 use crate::snapshot::{SnapshotEnvelope, SnapshotStore, StoredSnapshot};
 use crate::snapshot_builder::SnapshotBuilder;
@@ -34,6 +35,7 @@ use crate::type_config::{
 pub struct StateMachineStore {
     shared: Arc<SharedState>,
     snapshots: Arc<SnapshotStore>,
+    metrics: Arc<StoreMetrics>,
 }
 
 impl fmt::Debug for StateMachineStore {
@@ -46,7 +48,11 @@ impl fmt::Debug for StateMachineStore {
 
 impl StateMachineStore {
     /// Restores the applied state from the stored snapshot, if there is one.
-    pub(crate) fn open(db: Arc<DB>, durability: crate::Durability) -> Result<Self, StoreError> {
+    pub(crate) fn open(
+        db: Arc<DB>,
+        durability: crate::Durability,
+        metrics: Arc<StoreMetrics>,
+    ) -> Result<Self, StoreError> {
         let (snapshots, current) = SnapshotStore::open(db, durability)?;
         let applied = match current {
             Some(stored) => {
@@ -60,7 +66,14 @@ impl StateMachineStore {
         Ok(StateMachineStore {
             shared: Arc::new(SharedState::new(applied)),
             snapshots: Arc::new(snapshots),
+            metrics,
         })
+    }
+
+    /// The storage metrics of this node (shared with its log store), for
+    /// `/metrics`.
+    pub fn metrics(&self) -> Arc<StoreMetrics> {
+        Arc::clone(&self.metrics)
     }
 
     /// The applied state, for readers and the raft layer.
@@ -81,17 +94,20 @@ impl StateMachineStore {
         entries: impl IntoIterator<Item = Entry>,
     ) -> Vec<Vec<baton_core::Outcome>> {
         let mut replies = Vec::new();
-        // The log index of each reply that came from a normal entry.
+        // The log index and leader-stamped time of each reply that came from a
+        // normal entry.
         let mut normal_index = Vec::new();
+        let mut indexes = Vec::new();
         let revision = {
             let mut applied = self.shared.write();
             for entry in entries {
                 let index = entry.log_id.index;
+                indexes.push(index);
                 let mut from_normal = None;
                 let reply = match entry.payload {
                     EntryPayload::Blank => Vec::new(),
                     EntryPayload::Normal(batch) => {
-                        from_normal = Some(index);
+                        from_normal = Some((index, batch.now_ms));
                         applied
                             .machine
                             .apply_batch(&batch, entry.log_id.leader_id.term)
@@ -107,11 +123,12 @@ impl StateMachineStore {
             }
             applied.machine.revision()
         };
+        self.metrics.applied(&indexes);
         // Outside the lock: readers are not held up by the observer.
         if let Some(observer) = self.shared.observer() {
             for (index, outcomes) in normal_index.iter().zip(&replies) {
-                if let Some(index) = index {
-                    observer.applied(*index, outcomes);
+                if let Some((index, now_ms)) = index {
+                    observer.applied(*index, *now_ms, outcomes);
                 }
             }
         }
@@ -168,7 +185,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        SnapshotBuilder::new(self.shared.read().clone(), Arc::clone(&self.snapshots))
+        SnapshotBuilder::new(
+            self.shared.read().clone(),
+            Arc::clone(&self.snapshots),
+            Arc::clone(&self.metrics),
+        )
     }
 
     async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<Cursor<Vec<u8>>>> {

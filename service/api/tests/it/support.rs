@@ -70,6 +70,7 @@ pub fn state(node: &TestNode) -> ApiState {
         },
         auth: None,
         rate_limiter: Default::default(),
+        metrics: Default::default(),
     }
 }
 

@@ -155,7 +155,7 @@ struct Recorder {
 }
 
 impl ApplyObserver for Recorder {
-    fn applied(&self, log_index: u64, outcomes: &[Outcome]) {
+    fn applied(&self, log_index: u64, _now_ms: u64, outcomes: &[Outcome]) {
         self.applied
             .lock()
             .unwrap()
