@@ -103,9 +103,12 @@ pub async fn readyz(state: web::Data<ApiState>) -> HttpResponse {
     }
 }
 
-/// Prometheus text exposition (format 0.0.4) of the node's metrics: gauges of
-/// the applied state and Raft, counters and histograms of requests, waits, hold
-/// times, proposals, the log and snapshots (README, "Observability", lists them).
+/// Prometheus text exposition of the node's metrics.
+///
+/// Text format 0.0.4: gauges of the applied state and Raft; counters and
+/// histograms of requests (by OpenAPI operation, status and error code), waits,
+/// hold times, expiries, proposals, the log and snapshots. README, "Metrics",
+/// lists them. No label value is ever a lock's or a lease's name.
 #[utoipa::path(get, operation_id = "metrics", path = "/metrics", tag = "health",
     responses((status = 200, content_type = "text/plain; version=0.0.4", body = String)))]
 pub async fn metrics(state: web::Data<ApiState>) -> HttpResponse {

@@ -1,6 +1,6 @@
 //! Request-level metrics: every answer by OpenAPI operation, status and stable
 //! error code, latency by operation, refusals for overload or quota, and watch
-//! streams. Counted by one middleware ([`count`], outermost, so refusals of the
+//! streams. Counted by one middleware ([`counted`], outermost, so refusals of the
 //! admission middleware count too) and by the watch handler.
 //!
 //! Labels are `&'static str`: the operation id from [`operation_of`] (never the
@@ -34,7 +34,13 @@ const ANSWERS_PER_OPERATION: usize = 48;
 const REFUSALS: [&str; 4] = ["overloaded", "rate_limit", "quota", "watch_streams"];
 
 /// Why a watch stream ended with `resync`.
-const RESYNC_REASONS: [&str; 5] = ["lagged", "compacted", "snapshot", "shutdown", "unauthorized"];
+const RESYNC_REASONS: [&str; 5] = [
+    "lagged",
+    "compacted",
+    "snapshot",
+    "shutdown",
+    "unauthorized",
+];
 
 /// One operation's series.
 struct OperationMetrics {
@@ -99,16 +105,17 @@ fn refusal(error: &ApiError) -> Option<usize> {
 
 impl RequestMetrics {
     fn operation(&self, id: &str) -> &OperationMetrics {
-        let index = self
-            .operations
-            .binary_search(&id)
-            .or_else(|_| self.operations.binary_search(&UNROUTED))
-            .unwrap_or(0);
+        let find = |wanted: &str| {
+            self.operations
+                .binary_search_by(|probe| (*probe).cmp(wanted))
+        };
+        let index = find(id).or_else(|_| find(UNROUTED)).unwrap_or(0);
         &self.per_operation[index]
     }
 
-    /// Counts one answer of `operation`, begun at `started`.
-    fn answered<B>(&self, operation: &'static str, started: Instant, response: &ServiceResponse<B>) {
+    /// Counts one answer of the request `timing` was started for.
+    fn answered<B>(&self, timing: Timing, response: &ServiceResponse<B>) {
+        let Timing { operation, started } = timing;
         let status = response.status();
         let error = response
             .response()
@@ -157,7 +164,11 @@ impl RequestMetrics {
                     continue;
                 }
                 answers.push((
-                    vec![(*operation).to_owned(), status.to_string(), (*code).to_owned()],
+                    vec![
+                        (*operation).to_owned(),
+                        status.to_string(),
+                        (*code).to_owned(),
+                    ],
                     count,
                 ));
             }
@@ -210,25 +221,34 @@ impl RequestMetrics {
     }
 }
 
-/// The middleware body: times the request and counts its answer under its
-/// operation. Used with `wrap_fn` as the outermost layer.
-pub fn count<B, F>(
-    metrics: std::sync::Arc<RequestMetrics>,
-    request: ServiceRequest,
-    call: impl FnOnce(ServiceRequest) -> F,
-) -> impl Future<Output = Result<ServiceResponse<B>, actix_web::Error>>
-where
-    B: MessageBody,
-    F: Future<Output = Result<ServiceResponse<B>, actix_web::Error>>,
-{
-    let started = Instant::now();
-    let operation = operation_of(request.request());
-    let response = call(request);
-    async move {
-        let response = response.await?;
-        metrics.answered(operation, started, &response);
-        Ok(response)
+/// A request on its way in: its operation and when it arrived.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    operation: &'static str,
+    started: Instant,
+}
+
+impl Timing {
+    /// Starts timing `request` (before it is handed on: the operation is read
+    /// from the request).
+    pub fn start(request: &ServiceRequest) -> Timing {
+        Timing {
+            operation: operation_of(request.request()),
+            started: Instant::now(),
+        }
     }
+}
+
+/// The middleware body: awaits the rest of the chain (`call`) and counts its
+/// answer. Used with `wrap_fn` as the outermost layer.
+pub async fn counted<B: MessageBody>(
+    metrics: std::sync::Arc<RequestMetrics>,
+    timing: Timing,
+    call: impl Future<Output = Result<ServiceResponse<B>, actix_web::Error>>,
+) -> Result<ServiceResponse<B>, actix_web::Error> {
+    let response = call.await?;
+    metrics.answered(timing, &response);
+    Ok(response)
 }
 
 #[cfg(test)]

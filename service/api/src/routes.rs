@@ -259,9 +259,12 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                     })
                     // Outside admission: its refusals (401, 403, 429) count too.
                     .wrap_fn(move |request, service| {
-                        crate::request_metrics::count(metrics.clone(), request, |request| {
-                            service.call(request)
-                        })
+                        let timing = crate::request_metrics::Timing::start(&request);
+                        crate::request_metrics::counted(
+                            metrics.clone(),
+                            timing,
+                            service.call(request),
+                        )
                     })
                     .configure(register_routes)
                     .default_service(web::to(no_route)),

@@ -336,7 +336,7 @@ pub(crate) fn event_stream_item() -> Value {
 
 /// A few lines of `/metrics`.
 pub(crate) fn metrics() -> Value {
-    json!("# HELP baton_applied_revision Revision applied on this node.\n# TYPE baton_applied_revision gauge\nbaton_applied_revision 1187\n# HELP baton_raft_is_leader 1 when this node is the Raft leader.\n# TYPE baton_raft_is_leader gauge\nbaton_raft_is_leader 1\n")
+    json!("# HELP baton_applied_revision Revision applied on this node.\n# TYPE baton_applied_revision gauge\nbaton_applied_revision 1187\n# HELP baton_raft_is_leader 1 when this node is the Raft leader.\n# TYPE baton_raft_is_leader gauge\nbaton_raft_is_leader 1\n# HELP baton_requests_total HTTP requests answered, by OpenAPI operation, status and stable error code (ok below 400).\n# TYPE baton_requests_total counter\nbaton_requests_total{operation=\"acquire_lock\",status=\"200\",code=\"ok\"} 412\nbaton_requests_total{operation=\"acquire_lock\",status=\"409\",code=\"lock_held\"} 7\n")
 }
 
 /// An error the server sends with `code`, for the example of a problem answer.

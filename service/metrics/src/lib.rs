@@ -71,8 +71,23 @@ pub struct Buckets {
 /// Request latency: 0.5 ms to 5 minutes (a waiting acquire may wait that long).
 pub const REQUEST_SECONDS: Buckets = Buckets {
     bounds: &[
-        500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
-        2_500_000, 5_000_000, 10_000_000, 30_000_000, 60_000_000, 300_000_000,
+        500,
+        1_000,
+        2_500,
+        5_000,
+        10_000,
+        25_000,
+        50_000,
+        100_000,
+        250_000,
+        500_000,
+        1_000_000,
+        2_500_000,
+        5_000_000,
+        10_000_000,
+        30_000_000,
+        60_000_000,
+        300_000_000,
     ],
     unit: Unit::Micros,
 };
@@ -80,8 +95,18 @@ pub const REQUEST_SECONDS: Buckets = Buckets {
 /// Time spent waiting in a queue: 1 ms to 5 minutes (the largest `wait_ms`).
 pub const WAIT_SECONDS: Buckets = Buckets {
     bounds: &[
-        1_000, 5_000, 10_000, 50_000, 100_000, 500_000, 1_000_000, 5_000_000, 10_000_000,
-        30_000_000, 60_000_000, 300_000_000,
+        1_000,
+        5_000,
+        10_000,
+        50_000,
+        100_000,
+        500_000,
+        1_000_000,
+        5_000_000,
+        10_000_000,
+        30_000_000,
+        60_000_000,
+        300_000_000,
     ],
     unit: Unit::Micros,
 };
@@ -106,8 +131,7 @@ pub const HOLD_SECONDS: Buckets = Buckets {
 /// Disk and in-process latencies: 50 µs to 1 s (an fsync is ~0.3-1 ms here).
 pub const DISK_SECONDS: Buckets = Buckets {
     bounds: &[
-        50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000,
-        1_000_000,
+        50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000,
     ],
     unit: Unit::Micros,
 };
@@ -158,7 +182,9 @@ impl Histogram {
     pub fn new(layout: Buckets) -> Self {
         Histogram {
             layout,
-            buckets: (0..=layout.bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            buckets: (0..=layout.bounds.len())
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             sum: AtomicU64::new(0),
         }
     }
@@ -573,7 +599,10 @@ mod tests {
         assert!(text.contains("baton_x_seconds_sum{op=\"append\"} 2.0003\n"));
         assert!(text.contains("baton_x_seconds_count{op=\"append\"} 2\n"));
         assert!(text.contains("baton_y_total{status=\"409\",code=\"lock_held\"} 1\n"));
-        assert!(!text.contains("other"), "an unused spill series is not shown");
+        assert!(
+            !text.contains("other"),
+            "an unused spill series is not shown"
+        );
         assert_eq!(text.matches("# TYPE baton_x_seconds histogram").count(), 1);
     }
 }

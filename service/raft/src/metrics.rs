@@ -76,7 +76,13 @@ pub(crate) enum WaitOutcome {
     Failed,
 }
 
-const WAIT_OUTCOMES: [&str; 5] = ["granted", "timed_out", "client_gone", "lease_ended", "failed"];
+const WAIT_OUTCOMES: [&str; 5] = [
+    "granted",
+    "timed_out",
+    "client_gone",
+    "lease_ended",
+    "failed",
+];
 
 /// The `call` label of a follower's call to the leader.
 fn call_kind(call: &LeaderCall) -> &'static str {
@@ -204,7 +210,9 @@ impl NodeMetrics {
                     created: true,
                     ..
                 } => (NAME, Some(grant.token), None),
-                EventKind::LockReleased { token, reason, .. } => (LOCK, None, Some((*token, *reason))),
+                EventKind::LockReleased { token, reason, .. } => {
+                    (LOCK, None, Some((*token, *reason)))
+                }
                 EventKind::SemaphoreReleased { token, reason, .. } => {
                     (SEMAPHORE, None, Some((*token, *reason)))
                 }
@@ -217,9 +225,8 @@ impl NodeMetrics {
                 _ => continue,
             };
             // One lock per applied entry, taken only by entries that grant or end.
-            let holds = holds.get_or_insert_with(|| {
-                self.holds.lock().unwrap_or_else(PoisonError::into_inner)
-            });
+            let holds = holds
+                .get_or_insert_with(|| self.holds.lock().unwrap_or_else(PoisonError::into_inner));
             if let Some(token) = started {
                 self.grants[kind].inc();
                 if holds.len() < HOLDS_TRACKED {
@@ -441,11 +448,9 @@ impl Node {
             "Snapshots this node built from its own state.",
             &self.metrics.store.snapshots_built,
         );
-        out.counter_value(
-            "baton_snapshots_installed_total",
-            "Snapshots received from a leader and installed.",
-            self.snapshots_installed(),
-        );
+        // Snapshots installed are the gauge `baton_snapshots_installed` (kept
+        // from before): a counter `baton_snapshots_installed_total` beside it
+        // would be the same family name to OpenMetrics parsers.
         out.counter(
             "baton_raft_leader_changes_total",
             "New leaderships this node saw (another leader, or the same in a later term); the first after start counts.",
@@ -544,8 +549,14 @@ mod tests {
             }])],
         );
         assert_eq!(metrics.grants[LOCK].get(), 1);
-        assert_eq!(metrics.releases[LOCK][reason_index(EndReason::Expired)].get(), 1);
-        assert_eq!(metrics.releases[LOCK][reason_index(EndReason::Released)].get(), 1);
+        assert_eq!(
+            metrics.releases[LOCK][reason_index(EndReason::Expired)].get(),
+            1
+        );
+        assert_eq!(
+            metrics.releases[LOCK][reason_index(EndReason::Released)].get(),
+            1
+        );
         let held = metrics.hold_seconds[LOCK].snapshot();
         assert_eq!(held.count(), 1);
         assert_eq!(held.sum, 2_500_000, "2.5 s in microseconds");

@@ -53,14 +53,14 @@ impl StoreMetrics {
         commits.push_back((index, Instant::now()));
     }
 
-    /// Entries `indexes` (ascending) were applied now: each one's lag runs from
-    /// the first commit point that covered it. Entries applied without a commit
-    /// seen in this process (the log re-applied at start) are not measured.
-    pub(crate) fn applied(&self, indexes: &[u64]) {
+    /// Entries `indexes` were applied now: each one's lag runs from the first
+    /// commit point that covered it. Entries applied without a commit seen in
+    /// this process (the log re-applied at start) are not measured.
+    pub(crate) fn applied(&self, indexes: std::ops::RangeInclusive<u64>) {
         let mut commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
         for index in indexes {
             // Commit points below this entry covered only entries already applied.
-            while commits.front().is_some_and(|(upto, _)| upto < index) {
+            while commits.front().is_some_and(|(upto, _)| *upto < index) {
                 commits.pop_front();
             }
             if let Some((_, at)) = commits.front() {

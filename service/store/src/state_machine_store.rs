@@ -97,12 +97,13 @@ impl StateMachineStore {
         // The log index and leader-stamped time of each reply that came from a
         // normal entry.
         let mut normal_index = Vec::new();
-        let mut indexes = Vec::new();
+        // The indexes applied (contiguous), for the commit-to-apply lag.
+        let mut first_last: Option<(u64, u64)> = None;
         let revision = {
             let mut applied = self.shared.write();
             for entry in entries {
                 let index = entry.log_id.index;
-                indexes.push(index);
+                first_last = Some((first_last.map_or(index, |(first, _)| first), index));
                 let mut from_normal = None;
                 let reply = match entry.payload {
                     EntryPayload::Blank => Vec::new(),
@@ -123,7 +124,9 @@ impl StateMachineStore {
             }
             applied.machine.revision()
         };
-        self.metrics.applied(&indexes);
+        if let Some((first, last)) = first_last {
+            self.metrics.applied(first..=last);
+        }
         // Outside the lock: readers are not held up by the observer.
         if let Some(observer) = self.shared.observer() {
             for (index, outcomes) in normal_index.iter().zip(&replies) {

@@ -5,6 +5,7 @@
 
 mod api;
 mod bad_input;
+mod metrics;
 mod modes;
 mod openapi_drift;
 mod support;
