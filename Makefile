@@ -152,7 +152,7 @@ test-chaos: build
 # and one Baton (fsync on, loopback, free ports, temporary data), runs the shared
 # scenarios against each in alternation and writes BENCHMARKS.md (raw reports and
 # charts in loadtest/results/). BENCH_ARGS adds options, e.g. BENCH_ARGS="--rounds 3".
-.PHONY: bench bench-memory bench-cluster bench-shared test-loadtest test-overload
+.PHONY: bench bench-memory bench-cluster bench-scale bench-storm bench-shared test-loadtest test-overload
 BENCH_ARGS ?=
 bench: build
 	@.ci/setup etcd
@@ -164,6 +164,20 @@ bench: build
 bench-memory: build
 	$(CARGO_TARGET_DIR)/debug/baton-loadtest memory --baton-bin $(CARGO_TARGET_DIR)/debug/baton \
 		--markdown BENCHMARKS.md --report loadtest/results/memory.json $(BENCH_ARGS)
+
+# Issue 19: lock-cycle throughput and p99 with 0, 1,000, 100,000 and 1,000,000 other
+# locks held (each on its own lease), snapshots built during the runs: the "Cost as
+# the state grows" section of BENCHMARKS.md and loadtest/results/scale.svg.
+bench-scale: build
+	$(CARGO_TARGET_DIR)/debug/baton-loadtest scale --baton-bin $(CARGO_TARGET_DIR)/debug/baton \
+		--markdown BENCHMARKS.md --report loadtest/results/scale.json \
+		--plot loadtest/results/scale.svg $(BENCH_ARGS)
+
+# Issue 19: 100,000 leases holding 1,000,000 locks expire together while 64 clients run
+# lock cycles: the "Expiry storm" section of BENCHMARKS.md.
+bench-storm: build
+	$(CARGO_TARGET_DIR)/debug/baton-loadtest storm --baton-bin $(CARGO_TARGET_DIR)/debug/baton \
+		--markdown BENCHMARKS.md --report loadtest/results/storm.json $(BENCH_ARGS)
 
 # 3-member etcd vs 3-node Baton (lock-cycle, lock-contended against each leader): the
 # "3-node" section of BENCHMARKS.md.

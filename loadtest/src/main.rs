@@ -8,6 +8,10 @@
 //!   as the "3-node" section of BENCHMARKS.md.
 //! - `memory`: server RSS per held lock (1,000,000 by default) and the restart time
 //!   of that state after `kill -9`.
+//! - `scale`: lock-cycle throughput and latency with 0 to 1,000,000 other locks
+//!   held (each on its own lease), snapshots included (`make bench-scale`).
+//! - `storm`: 100,000 leases (1,000,000 locks) expiring together under lock-cycle
+//!   load (`make bench-storm`).
 //! - `smoke`: a few seconds of every scenario against both, checking the reports are
 //!   well-formed (`make test-loadtest`).
 //! - `overload`: an open-loop load at twice a node's capacity, checking what
@@ -29,8 +33,10 @@ mod probe;
 mod process;
 mod recorder;
 mod report;
+mod scale;
 mod scenario;
 mod smoke;
+mod storm;
 mod target;
 mod watch;
 
@@ -54,6 +60,10 @@ enum Command {
     Cluster(cluster::ClusterArgs),
     /// RSS per held lock and the time to restart with them (kill -9, then ready).
     Memory(memory::MemoryArgs),
+    /// Lock-cycle throughput and latency as the held state grows (issue 19).
+    Scale(scale::ScaleArgs),
+    /// An expiry storm under load (issue 19).
+    Storm(storm::StormArgs),
     /// Short end-to-end check of every scenario against both targets.
     Smoke(smoke::SmokeArgs),
     /// Open-loop load at twice a node's capacity: bounded latency, flat memory,
@@ -77,6 +87,8 @@ async fn main() -> anyhow::Result<()> {
         Command::Bench(args) => bench::bench(args).await,
         Command::Cluster(args) => cluster::cluster(args).await,
         Command::Memory(args) => memory::memory(args).await,
+        Command::Scale(args) => scale::scale(args).await,
+        Command::Storm(args) => storm::storm(args).await,
         Command::Smoke(args) => smoke::smoke(args).await,
         Command::Overload(args) => overload::overload(args).await,
         Command::Machine { dir, samples } => {

@@ -1,6 +1,6 @@
 //! A running Baton node: the openraft handle and everything around it.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -514,11 +514,39 @@ async fn watch_leadership(node: Arc<Node>) {
 /// within 2.5 s, while the proposer keeps room for the clients still alive.
 const MAX_EXPIRIES_PER_TICK: usize = 2_000;
 
+/// The lease clock's expiries queued or in flight, at most: one full log
+/// entry (`max_batch`), and never more than a quarter of the proposer's queue.
+/// A rate bound alone is not enough: when applying an expiry storm is slower
+/// than 40,000 a second, proposals would pile up in the queue until live
+/// clients' keepalives were refused as overloaded (issue 19: "no live lease's
+/// keepalive is refused").
+fn max_expiries_in_flight(config: &NodeConfig) -> usize {
+    config.max_batch.min(config.max_queued / 4).max(1)
+}
+
+/// Counts one expiry proposal as in flight until dropped (answered, or the
+/// task cancelled at shutdown).
+struct ExpiryInFlight(Arc<AtomicUsize>);
+
+impl ExpiryInFlight {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        ExpiryInFlight(Arc::clone(count))
+    }
+}
+
+impl Drop for ExpiryInFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 async fn run_lease_clock(node: Arc<Node>) {
     let mut stop = node.stop.subscribe();
     let mut ticker = tokio::time::interval(node.config.lease_tick);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let tick_pending = Arc::new(AtomicBool::new(false));
+    let expiries_in_flight = Arc::new(AtomicUsize::new(0));
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
@@ -527,11 +555,16 @@ async fn run_lease_clock(node: Arc<Node>) {
         if !node.is_leader() {
             continue;
         }
-        let expired = node.clock.take_expired(MAX_EXPIRIES_PER_TICK);
+        let room = max_expiries_in_flight(&node.config)
+            .saturating_sub(expiries_in_flight.load(Ordering::Acquire))
+            .min(MAX_EXPIRIES_PER_TICK);
+        let expired = node.clock.take_expired(room);
         for lease_id in expired.leases {
             let node = node.clone();
             let term = expired.term;
+            let in_flight = ExpiryInFlight::new(&expiries_in_flight);
             tokio::spawn(async move {
+                let _in_flight = in_flight;
                 // Only this node's clock decided it, so only this node may propose
                 // it: never forwarded (a deposed leader's stale decision would expire
                 // a lease the new leader just kept alive). And only in the term it

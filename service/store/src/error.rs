@@ -26,6 +26,10 @@ pub enum StoreError {
     /// by something else or is damaged.
     #[error("column family {0:?} is missing")]
     MissingColumnFamily(&'static str),
+    /// `build_snapshot` was called a second time on one builder (openraft
+    /// asks each builder once; its copy of the state went to the first build).
+    #[error("this snapshot builder was already used")]
+    BuilderUsed,
     /// A value could not be serialized.
     #[error("cannot encode {what}: {source}")]
     Encode {

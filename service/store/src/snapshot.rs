@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use baton_core::StateMachine;
 use rocksdb::DB;
@@ -81,10 +81,13 @@ pub(crate) struct StoredSnapshot {
 pub(crate) struct SnapshotStore {
     db: Arc<DB>,
     durability: crate::Durability,
-    /// Serializes "compare with the stored snapshot, then replace it": a
-    /// snapshot build runs in its own task and may finish after a newer
-    /// snapshot was installed.
-    write_lock: Mutex<()>,
+    /// The last log id the stored snapshot covers (`None`: none stored, or
+    /// one covering no entry), behind the lock that serializes "compare with
+    /// the stored snapshot, then replace it": a snapshot build runs in its own
+    /// task and may finish after a newer snapshot was installed. Kept in memory
+    /// so that the comparison never reads and decodes the stored snapshot
+    /// (hundreds of megabytes with a million locks held).
+    stored_last_log_id: Mutex<Option<LogId>>,
     seq: AtomicU64,
 }
 
@@ -105,12 +108,13 @@ impl SnapshotStore {
         let store = SnapshotStore {
             db,
             durability,
-            write_lock: Mutex::new(()),
+            stored_last_log_id: Mutex::new(None),
             seq: AtomicU64::new(0),
         };
         let current = store.load()?;
         if let Some(current) = &current {
             store.seq.store(current.seq, Ordering::Relaxed);
+            *store.stored_last_log_id() = current.meta.last_log_id;
         }
         Ok((store, current))
     }
@@ -142,20 +146,20 @@ impl SnapshotStore {
         only_if_newer: bool,
     ) -> Result<bool, StoreError> {
         let bytes = encode("stored snapshot", snapshot)?;
-        let _guard = self
-            .write_lock
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if only_if_newer {
-            if let Some(current) = self.load()? {
-                if current.meta.last_log_id > snapshot.meta.last_log_id {
-                    return Ok(false);
-                }
-            }
+        let mut stored_last_log_id = self.stored_last_log_id();
+        if only_if_newer && *stored_last_log_id > snapshot.meta.last_log_id {
+            return Ok(false);
         }
         let cf = db::cf(&self.db, CF_SNAPSHOT)?;
         let opts = db::write_options(self.durability, true);
         self.db.put_cf_opt(cf, KEY_SNAPSHOT, bytes, &opts)?;
+        *stored_last_log_id = snapshot.meta.last_log_id;
         Ok(true)
+    }
+
+    fn stored_last_log_id(&self) -> MutexGuard<'_, Option<LogId>> {
+        self.stored_last_log_id
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }

@@ -18,7 +18,9 @@ use crate::type_config::{Snapshot, SnapshotMeta, StorageResult, TypeConfig};
 /// serializing, and it keeps the state machine task's pause short).
 #[derive(Debug)]
 pub struct SnapshotBuilder {
-    view: AppliedState,
+    /// Taken by the one build: encoding and then freeing the copy both
+    /// happen on the blocking thread.
+    view: Option<AppliedState>,
     snapshots: Arc<SnapshotStore>,
     metrics: Arc<StoreMetrics>,
 }
@@ -30,28 +32,27 @@ impl SnapshotBuilder {
         metrics: Arc<StoreMetrics>,
     ) -> Self {
         SnapshotBuilder {
-            view,
+            view: Some(view),
             snapshots,
             metrics,
         }
     }
 
-    fn build(&self) -> Result<Snapshot, StoreError> {
-        let data = SnapshotEnvelope::of(&self.view).encode()?;
-        let (seq, snapshot_id) = self.snapshots.next_id(self.view.last_applied.as_ref());
+    fn build(view: &AppliedState, snapshots: &SnapshotStore) -> Result<Snapshot, StoreError> {
+        let data = SnapshotEnvelope::of(view).encode()?;
+        let (seq, snapshot_id) = snapshots.next_id(view.last_applied.as_ref());
         let meta = SnapshotMeta {
-            last_log_id: self.view.last_applied,
-            last_membership: self.view.membership.clone(),
+            last_log_id: view.last_applied,
+            last_membership: view.membership.clone(),
             snapshot_id,
         };
         let stored = StoredSnapshot { seq, meta, data };
         // If a newer snapshot was installed meanwhile it stays current; openraft
         // ignores a built snapshot older than the one it knows, so returning
         // this one anyway is harmless.
-        if !self.snapshots.save(&stored, true)? {
+        if !snapshots.save(&stored, true)? {
             tracing::info!(snapshot = %stored.meta, "a newer snapshot is stored; not replacing it");
         }
-        self.metrics.snapshots_built.inc();
         Ok(Snapshot {
             meta: stored.meta,
             snapshot: Box::new(Cursor::new(stored.data)),
@@ -61,7 +62,19 @@ impl SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot> {
-        self.build()
-            .map_err(|e| StorageIOError::write_snapshot(None, &e).into())
+        // Encoding a large state and syncing it takes CPU-seconds: on a
+        // blocking thread, not one of the runtime's workers (two on a
+        // two-core machine), where it would delay heartbeats and requests.
+        let view = self
+            .view
+            .take()
+            .ok_or_else(|| StorageIOError::write_snapshot(None, &StoreError::BuilderUsed))?;
+        let snapshots = Arc::clone(&self.snapshots);
+        let snapshot = tokio::task::spawn_blocking(move || Self::build(&view, &snapshots))
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(None, &e))?
+            .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        self.metrics.snapshots_built.inc();
+        Ok(snapshot)
     }
 }

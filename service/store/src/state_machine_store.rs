@@ -139,12 +139,20 @@ impl StateMachineStore {
         replies
     }
 
-    fn install(&self, meta: &SnapshotMeta, data: Vec<u8>) -> Result<(), StoreError> {
+    /// Replaces the state with a snapshot's. A free function of the two
+    /// shared halves, so it can run on a blocking thread: decoding, restoring
+    /// and syncing a large snapshot takes CPU-seconds.
+    fn install(
+        shared: &SharedState,
+        snapshots: &SnapshotStore,
+        meta: &SnapshotMeta,
+        data: Vec<u8>,
+    ) -> Result<(), StoreError> {
         // Validate and restore before persisting: bad bytes must not replace a
         // good snapshot on disk.
         let applied = SnapshotEnvelope::decode_for(meta, &data)?.restore(meta)?;
-        let (seq, _) = self.snapshots.next_id(meta.last_log_id.as_ref());
-        self.snapshots.save(
+        let (seq, _) = snapshots.next_id(meta.last_log_id.as_ref());
+        snapshots.save(
             &StoredSnapshot {
                 seq,
                 meta: meta.clone(),
@@ -153,11 +161,14 @@ impl StateMachineStore {
             false,
         )?;
         let revision = applied.machine.revision();
-        *self.shared.write() = applied;
-        if let Some(observer) = self.shared.observer() {
+        // The old state is dropped after the lock is released: freeing a
+        // million locks is itself many milliseconds that readers need not wait.
+        let replaced = std::mem::replace(&mut *shared.write(), applied);
+        drop(replaced);
+        if let Some(observer) = shared.observer() {
             observer.snapshot_installed(revision);
         }
-        self.shared.publish_revision(revision);
+        shared.publish_revision(revision);
         Ok(())
     }
 
@@ -205,7 +216,13 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> StorageResult<()> {
         tracing::info!(snapshot = %meta, "installing snapshot");
-        self.install(meta, snapshot.into_inner())
+        let shared = Arc::clone(&self.shared);
+        let snapshots = Arc::clone(&self.snapshots);
+        let owned_meta = meta.clone();
+        let data = snapshot.into_inner();
+        tokio::task::spawn_blocking(move || Self::install(&shared, &snapshots, &owned_meta, data))
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e).into())
     }
 

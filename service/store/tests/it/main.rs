@@ -4,4 +4,5 @@
 
 mod common;
 mod recovery;
+mod snapshot_order;
 mod storage_suite;

@@ -1,0 +1,389 @@
+//! `baton-loadtest scale`: lock-cycle throughput and latency as the held state grows
+//! (issue 19: "lock-cycle throughput and p99 with 1,000, 100,000 and 1,000,000 other
+//! locks held (and as many leases) stay within 15 % of the empty-state figure,
+//! including the runs during which a snapshot is built").
+//!
+//! For each level a fresh single node (fsync on) on a temporary data dir: `held`
+//! leases with a one-hour TTL are granted, each acquiring one lock, then lock-cycle
+//! runs with `--clients` clients for `--duration-s` seconds. The node builds a snapshot
+//! every `--snapshot-every` log entries, so the measured phase at a large level
+//! includes snapshots of the whole state; how many it built is read from `/metrics`.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use futures_util::stream::{self, StreamExt, TryStreamExt};
+use serde::Serialize;
+
+use crate::memory::upsert_section;
+use crate::process::{free_port, Server};
+use crate::report::Report;
+use crate::scenario::{self, RunArgs, Scenario};
+use crate::target::{Target, TargetKind};
+
+/// `scale` options.
+#[derive(Debug, Clone, Args)]
+pub struct ScaleArgs {
+    /// The Baton server binary.
+    #[arg(long)]
+    pub baton_bin: PathBuf,
+    /// Held locks (each on its own lease) of each level, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0,1000,100000,1000000")]
+    pub held: Vec<usize>,
+    /// Lock-cycle clients of the measured phase.
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// Length of each measured phase, seconds.
+    #[arg(long, default_value_t = 20.0)]
+    pub duration_s: f64,
+    /// The node's `--snapshot-every` (log entries between snapshots).
+    #[arg(long, default_value_t = 20_000)]
+    pub snapshot_every: u64,
+    /// Concurrent requests while filling a level.
+    #[arg(long, default_value_t = 64)]
+    pub fill_clients: usize,
+    /// Where the servers keep their data (a temporary directory is made inside).
+    #[arg(long)]
+    pub data_root: Option<PathBuf>,
+    /// Write the JSON result here (default: stdout).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Also write the result as a section of this Markdown file (replacing the
+    /// section of an earlier run; the rest of the file is kept).
+    #[arg(long)]
+    pub markdown: Option<PathBuf>,
+    /// Write the plot (throughput and p99 against held locks) here as SVG.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+}
+
+/// One level's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Level {
+    /// Locks held (and leases holding them) besides the clients' own.
+    pub held: usize,
+    /// Seconds to grant the leases and acquire the locks.
+    pub fill_s: f64,
+    /// Snapshots the node built during the measured phase (`None`: the build does
+    /// not count them).
+    pub snapshots_during_run: Option<u64>,
+    /// Server RSS after the measured phase, bytes.
+    pub rss_bytes: u64,
+    /// The lock-cycle run.
+    pub run: Report,
+}
+
+/// What `scale` measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleReport {
+    /// The Baton version measured.
+    pub baton_version: String,
+    /// `--snapshot-every` of the servers.
+    pub snapshot_every: u64,
+    /// One entry per level, in the order asked.
+    pub levels: Vec<Level>,
+}
+
+/// Runs every level; fails when a fill request is refused or a run has errors.
+pub async fn scale(args: ScaleArgs) -> anyhow::Result<()> {
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let mut levels = Vec::new();
+    for &held in &args.held {
+        levels.push(
+            level(&args, held)
+                .await
+                .with_context(|| format!("level {held}"))?,
+        );
+    }
+    let report = ScaleReport {
+        baton_version: Server::version(TargetKind::Baton, &args.baton_bin),
+        snapshot_every: args.snapshot_every,
+        levels,
+    };
+    let json = serde_json::to_string_pretty(&report)?;
+    match &args.report {
+        Some(path) => std::fs::write(path, &json)?,
+        None => println!("{json}"),
+    }
+    if let Some(path) = &args.plot {
+        std::fs::write(path, plot(&report))?;
+    }
+    if let Some(path) = &args.markdown {
+        let old = std::fs::read_to_string(path).unwrap_or_default();
+        let section = render(&report, &command, args.plot.as_ref());
+        std::fs::write(path, upsert_section(&old, SECTION, &section))?;
+        eprintln!("scale: wrote the section into {}", path.display());
+    }
+    Ok(())
+}
+
+/// One level on a fresh node.
+async fn level(args: &ScaleArgs, held: usize) -> anyhow::Result<Level> {
+    let root = args.data_root.clone().unwrap_or_else(std::env::temp_dir);
+    let dir = tempfile::Builder::new()
+        .prefix("baton-scale-")
+        .tempdir_in(&root)?;
+    let data = dir.path().join("baton-data");
+    let log = dir.path().join("baton.log");
+    let ttl_ms = 3_600_000;
+    let extra = vec![
+        "--max-leases".to_owned(),
+        (held + args.clients + 1_000).to_string(),
+        "--max-ttl-ms".to_owned(),
+        ttl_ms.to_string(),
+        "--snapshot-every".to_owned(),
+        args.snapshot_every.to_string(),
+    ];
+    let mut server = Server::baton_with(
+        &args.baton_bin,
+        &data,
+        &log,
+        (free_port()?, free_port()?),
+        &extra,
+    )?;
+    server
+        .wait_ready(Duration::from_secs(60))
+        .await
+        .context("baton")?;
+    let target = Target::new(TargetKind::Baton, &server.url, args.fill_clients)?;
+    let started = Instant::now();
+    let done = Arc::new(AtomicUsize::new(0));
+    stream::iter(0..held)
+        .map(|i| {
+            let (target, done) = (target.clone(), done.clone());
+            async move {
+                let lease = target.grant(ttl_ms, &format!("scale-{i}")).await?;
+                // Fixed-width names: every lock costs the same, whatever the level.
+                target.acquire(&format!("scale/{i:08}"), &lease).await?;
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if n % 100_000 == 0 {
+                    eprintln!(
+                        "scale: {n} held after {:.1} s",
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(args.fill_clients.max(1))
+        .try_collect::<Vec<()>>()
+        .await?;
+    let fill_s = started.elapsed().as_secs_f64();
+    let metrics = |target: Target, url: String| async move {
+        let Target::Baton(client) = target else {
+            return None;
+        };
+        let text = client
+            .http()
+            .get(format!("{url}/metrics"))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        counter(&text, SNAPSHOTS_BUILT)
+    };
+    let built_before = metrics(target.clone(), server.url.clone()).await;
+    let mut run = RunArgs::new(Scenario::LockCycle, TargetKind::Baton, &server.url);
+    run.clients = args.clients;
+    run.duration_s = Some(args.duration_s);
+    run.ttl_ms = 60_000;
+    run.server_pid = Some(server.pid());
+    run.no_progress = true;
+    let report = scenario::run(&run).await?;
+    let built_after = metrics(target.clone(), server.url.clone()).await;
+    if report.errors > 0 {
+        anyhow::bail!(
+            "lock-cycle at {held} held: {} errors ({:?})",
+            report.errors,
+            report.errors_by_code
+        );
+    }
+    let rss_bytes = server.rss_bytes().unwrap_or(0);
+    eprintln!(
+        "scale: {held} held (filled in {fill_s:.1} s): {:.0} cycles/s, p99 {} µs, {} snapshots during the run",
+        report.throughput_per_s,
+        report.latency_us.p99,
+        built_after
+            .zip(built_before)
+            .map_or("?".to_owned(), |(a, b)| (a - b).to_string())
+    );
+    drop(server);
+    Ok(Level {
+        held,
+        fill_s,
+        snapshots_during_run: built_after.zip(built_before).map(|(a, b)| a - b),
+        rss_bytes,
+        run: report,
+    })
+}
+
+/// The counter of snapshots this node built.
+const SNAPSHOTS_BUILT: &str = "baton_snapshots_built_total";
+
+/// The sum of every series of counter `name` in a Prometheus exposition
+/// (`None` when it has none).
+pub fn counter(exposition: &str, name: &str) -> Option<u64> {
+    let values: Vec<f64> = exposition
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let rest = match rest.strip_prefix('{') {
+                Some(labelled) => &labelled[labelled.find('}')? + 1..],
+                None => rest,
+            };
+            let value = rest.strip_prefix(' ')?.split_whitespace().next()?;
+            value.parse::<f64>().ok()
+        })
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() as u64)
+}
+
+/// The marker name of this section in BENCHMARKS.md.
+pub const SECTION: &str = "scale";
+
+/// Throughput and p99 of a level relative to the first (empty-state) level.
+fn relative(report: &ScaleReport, level: &Level) -> (f64, f64) {
+    let Some(base) = report.levels.first() else {
+        return (f64::NAN, f64::NAN);
+    };
+    (
+        level.run.throughput_per_s / base.run.throughput_per_s.max(1e-9),
+        level.run.latency_us.p99 as f64 / (base.run.latency_us.p99 as f64).max(1.0),
+    )
+}
+
+/// The Markdown section.
+fn render(report: &ScaleReport, command: &str, plot: Option<&PathBuf>) -> String {
+    let mut rows = String::new();
+    for level in &report.levels {
+        let (throughput, p99) = relative(report, level);
+        rows.push_str(&format!(
+            "| {held} | {fill:.1} s | {tput:.0} | {p50} | {p99_us} | {max} | {rt:.2} | {rp:.2} | {snaps} | {rss:.0} MiB |\n",
+            held = level.held,
+            fill = level.fill_s,
+            tput = level.run.throughput_per_s,
+            p50 = level.run.latency_us.p50,
+            p99_us = level.run.latency_us.p99,
+            max = level.run.latency_us.max,
+            rt = throughput,
+            rp = p99,
+            snaps = level
+                .snapshots_during_run
+                .map_or("n/a".to_owned(), |n| n.to_string()),
+            rss = level.rss_bytes as f64 / (1024.0 * 1024.0),
+        ));
+    }
+    let plot = plot
+        .and_then(|path| path.file_name())
+        .map(|name| {
+            format!(
+                "![throughput and p99 against held locks](loadtest/results/{})\n\n",
+                name.to_string_lossy()
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "## Cost as the state grows (1 Baton node)\n\n\
+Generated by `baton-loadtest scale` ({version}): for each level a fresh single node (fsync on), \
+`held` leases with a one-hour TTL each holding one lock, then lock-cycle ({clients} clients, \
+own lease and lock each) for the measured phase. The node builds a snapshot every \
+{every} log entries, so at the larger levels the measured phase includes snapshots of the \
+whole state (last column but one). Ratios are against the first level. The target \
+(issue 19) is throughput and p99 within 15 % of the empty state.\n\n\
+Command:\n\n```\n{command}\n```\n\n\
+| held | fill | cycles/s | p50 µs | p99 µs | max µs | throughput vs empty | p99 vs empty | snapshots in run | RSS |\n\
+|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n{rows}\n{plot}",
+        version = report.baton_version,
+        clients = report.levels.first().map_or(0, |l| l.run.clients),
+        every = report.snapshot_every,
+    )
+}
+
+/// An SVG of throughput (left axis) and p99 (right axis) against held locks on a
+/// logarithmic axis (the empty level drawn at the left edge).
+fn plot(report: &ScaleReport) -> String {
+    let (width, height, margin) = (640.0_f64, 320.0_f64, 56.0_f64);
+    let x_of = |held: usize| {
+        let max = report
+            .levels
+            .iter()
+            .map(|l| l.held)
+            .max()
+            .unwrap_or(1)
+            .max(10) as f64;
+        let t = ((held as f64).max(1.0)).log10() / max.log10();
+        margin + t * (width - 2.0 * margin)
+    };
+    let series = |value: &dyn Fn(&Level) -> f64| {
+        let top = report
+            .levels
+            .iter()
+            .map(value)
+            .fold(0.0_f64, f64::max)
+            .max(1e-9)
+            * 1.15;
+        let points: Vec<String> = report
+            .levels
+            .iter()
+            .map(|l| {
+                let y = height - margin - value(l) / top * (height - 2.0 * margin);
+                format!("{:.1},{:.1}", x_of(l.held), y)
+            })
+            .collect();
+        (points.join(" "), top)
+    };
+    let (throughput, top_t) = series(&|l: &Level| l.run.throughput_per_s);
+    let (p99, top_p) = series(&|l: &Level| l.run.latency_us.p99 as f64);
+    let labels: String = report
+        .levels
+        .iter()
+        .map(|l| {
+            format!(
+                "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"middle\">{}</text>",
+                x_of(l.held),
+                height - margin + 16.0,
+                l.held
+            )
+        })
+        .collect();
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\">\
+<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\
+<text x=\"{cx}\" y=\"20\" font-size=\"14\" text-anchor=\"middle\">lock-cycle against held locks ({version})</text>\
+<line x1=\"{margin}\" y1=\"{base}\" x2=\"{right}\" y2=\"{base}\" stroke=\"black\"/>\
+<text x=\"{cx}\" y=\"{xlabel}\" font-size=\"12\" text-anchor=\"middle\">held locks (log scale)</text>\
+<text x=\"8\" y=\"40\" font-size=\"12\" fill=\"#1f77b4\">cycles/s (top {top_t:.0})</text>\
+<text x=\"{right}\" y=\"40\" font-size=\"12\" fill=\"#d62728\" text-anchor=\"end\">p99 µs (top {top_p:.0})</text>\
+<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"{throughput}\"/>\
+<polyline fill=\"none\" stroke=\"#d62728\" stroke-width=\"2\" stroke-dasharray=\"6 3\" points=\"{p99}\"/>\
+{labels}</svg>\n",
+        cx = width / 2.0,
+        base = height - margin,
+        right = width - margin,
+        xlabel = height - 12.0,
+        version = report.baton_version,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_sums_labelled_and_unlabelled_series() {
+        let text = "# TYPE baton_snapshots_built_total counter\n\
+                    baton_snapshots_built_total 3\n\
+                    baton_snapshots_built_totals 7\n";
+        assert_eq!(counter(text, "baton_snapshots_built_total"), Some(3));
+        let labelled = "x_total{reason=\"a\"} 2\nx_total{reason=\"b\"} 5\n";
+        assert_eq!(counter(labelled, "x_total"), Some(7));
+        assert_eq!(counter(labelled, "y_total"), None);
+    }
+}
