@@ -38,7 +38,10 @@ fn operations() -> &'static HashMap<(Method, String), &'static str> {
                 // names are `&'static str` on the hot path, never allocated.
                 let id: &'static str = Box::leak(id.into_boxed_str());
                 table.insert(
-                    (entry.method.clone(), format!("{}{}", entry.scope, entry.pattern)),
+                    (
+                        entry.method.clone(),
+                        format!("{}{}", entry.scope, entry.pattern),
+                    ),
                     id,
                 );
             }
@@ -52,7 +55,11 @@ fn operations() -> &'static HashMap<(Method, String), &'static str> {
 pub fn operation_of(request: &HttpRequest) -> &'static str {
     request
         .match_pattern()
-        .and_then(|pattern| operations().get(&(request.method().clone(), pattern)).copied())
+        .and_then(|pattern| {
+            operations()
+                .get(&(request.method().clone(), pattern))
+                .copied()
+        })
         .unwrap_or(UNROUTED)
 }
 

@@ -202,6 +202,7 @@ pub(crate) async fn propose_and_wait(
             return Ok(Waited::Immediate(outcome));
         }
     }
+    let trace = crate::trace_context::QueuedWait::start(wait);
     let ended = {
         let Some(rx) = guard.rx.as_mut() else {
             guard.disarm();
@@ -210,9 +211,18 @@ pub(crate) async fn propose_and_wait(
         tokio::select! {
             ended = tokio::time::timeout(wait, rx) => ended,
             // Returning with the guard armed cancels the wait in the background.
-            () = abandoned => return Ok(Waited::Abandoned),
+            () = abandoned => {
+                trace.end("abandoned");
+                return Ok(Waited::Abandoned);
+            }
         }
     };
+    trace.end(match &ended {
+        Ok(Ok(WaitEnd::Ended(_))) => "lease_or_holding_ended",
+        Ok(Ok(_)) => "granted",
+        Ok(Err(_)) => "interrupted",
+        Err(_) => "timed_out",
+    });
     match ended {
         Ok(Ok(end)) => {
             guard.disarm();

@@ -31,6 +31,8 @@
 //!   log keys as big-endian indexes.
 //! - `db`: opening RocksDB with its column families (`log`, `meta`, `snapshot`) and keys.
 //! - `error`: [`StoreError`], failures of opening, encoding and RocksDB.
+//! - `stage_times`: [`stage_times()`], when this node appended, synced and applied each
+//!   recent entry, noted only while trace spans are on.
 
 mod codec;
 mod db;
@@ -39,6 +41,7 @@ mod log_store;
 mod shared;
 mod snapshot;
 mod snapshot_builder;
+mod stage_times;
 mod state_machine_store;
 mod type_config;
 
@@ -48,6 +51,7 @@ pub use error::StoreError;
 pub use log_store::LogStore;
 pub use shared::{AppliedState, ApplyObserver, SharedState};
 pub use snapshot_builder::SnapshotBuilder;
+pub use stage_times::{stage_times, StageTimes};
 pub use state_machine_store::StateMachineStore;
 pub use type_config::{
     BatonNode, Entry, EntryPayload, LogId, LogState, Membership, NodeId, Snapshot, SnapshotMeta,
