@@ -14,6 +14,8 @@
 //! - `state`: what every handler shares ([`ApiState`], [`ApiSettings`]).
 //! - [`request`]: raw input into checked values: bodies, names, lease ids,
 //!   `Idempotency-Key`, read consistency, paging.
+//! - [`request_span`]: the trace span of each request, named after its operation and
+//!   parented on the caller's `traceparent`.
 //! - [`respond`]: proposing commands as the caller, each with its typed reply
 //!   accessor, and success answers with their headers.
 //! - [`claim`]: the one skeleton of every request that may wait in line (`:acquire`
@@ -63,6 +65,7 @@ pub mod paging;
 pub mod rate_limit;
 pub mod request;
 pub mod request_metrics;
+pub mod request_span;
 pub mod respond;
 mod routes;
 pub mod semaphores;

@@ -266,6 +266,8 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                             service.call(request),
                         )
                     })
+                    // Outermost of all: the request's trace span (issue 14).
+                    .wrap_fn(crate::request_span::traced)
                     .configure(register_routes)
                     .default_service(web::to(no_route)),
             );

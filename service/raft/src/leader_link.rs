@@ -49,7 +49,25 @@ impl LeaderLink {
         call: &LeaderCall,
         timeout: Duration,
     ) -> Result<LeaderResult, LinkError> {
+        use tracing::Instrument;
+        let span = crate::child_span!(
+            "leader_call",
+            otel.kind = "client",
+            raft.call = crate::trace_context::call_name(call),
+            raft.leader = base
+        );
+        self.call_once(base, call, timeout).instrument(span).await
+    }
+
+    async fn call_once(
+        &self,
+        base: &str,
+        call: &LeaderCall,
+        timeout: Duration,
+    ) -> Result<LeaderResult, LinkError> {
         let request = self.client.post(format!("{base}/raft/leader")).json(call);
+        // Inside the `leader_call` span: the leader's spans become its children.
+        let request = crate::trace_context::propagate(request);
         let response = self.send(base, request, timeout).await?;
         read_json(base, response).await
     }

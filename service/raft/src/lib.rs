@@ -43,6 +43,8 @@
 //! - `tls`: [`Tls`], rustls on both listeners and on calls to peers, reloaded when its
 //!   files change.
 //! - `error`: [`RaftLayerError`], why the Raft layer could not serve a request.
+//! - `trace_context` (public): trace spans (target `baton_trace`, only when sampled) and
+//!   the W3C trace context on leader calls; see ARCHITECTURE.md, "Traces".
 
 mod bootstrap;
 mod config;
@@ -59,6 +61,7 @@ mod peer_server;
 mod proposer;
 mod routing;
 mod tls;
+pub mod trace_context;
 mod waiters;
 mod waiting;
 mod watch_event;

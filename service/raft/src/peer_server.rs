@@ -103,8 +103,12 @@ async fn snapshot(node: web::Data<Node>, body: web::Bytes) -> HttpResponse {
     .await
 }
 
-async fn leader(node: web::Data<Node>, body: web::Bytes) -> HttpResponse {
-    handle(&body, |call: LeaderCall| node.answer(call)).await
+async fn leader(node: web::Data<Node>, http: HttpRequest, body: web::Bytes) -> HttpResponse {
+    use tracing::Instrument;
+    let span = crate::trace_context::serving_leader_call(http.headers());
+    handle(&body, |call: LeaderCall| node.answer(call))
+        .instrument(span)
+        .await
 }
 
 async fn status(node: web::Data<Node>) -> HttpResponse {

@@ -19,6 +19,7 @@ use baton_store::TypeConfig;
 use openraft::error::ClientWriteError;
 use openraft::Raft;
 use tokio::sync::{mpsc, oneshot, Semaphore};
+use tracing::Instrument;
 
 use crate::error::RaftLayerError;
 use crate::metrics::ProposerMetrics;
@@ -36,6 +37,8 @@ struct Pending {
     request: Request,
     reply: Reply,
     claim: Arc<AtomicU8>,
+    /// The requester's trace context, when its trace is sampled.
+    trace: Option<opentelemetry::Context>,
 }
 
 impl Pending {
@@ -125,7 +128,10 @@ impl LogSink for Raft<TypeConfig> {
             .map_err(RaftLayerError::unavailable)?;
         Ok(Box::pin(async move {
             match response.await {
-                Ok(Ok(written)) => Ok(written.data),
+                Ok(Ok(written)) => {
+                    crate::trace_context::entry_stages(written.log_id.index);
+                    Ok(written.data)
+                }
                 Ok(Err(error)) => Err(client_write_error(error)),
                 Err(_) => Err(RaftLayerError::unavailable("raft stopped")),
             }
@@ -234,6 +240,7 @@ impl Proposer {
             request,
             reply,
             claim: claim.clone(),
+            trace: crate::trace_context::sampled_context(),
         };
         self.tx.try_send(pending).map_err(|error| match error {
             mpsc::error::TrySendError::Full(_) => RaftLayerError::Overloaded {
@@ -296,6 +303,9 @@ async fn run(sink: impl LogSink, mut rx: mpsc::Receiver<Pending>, settings: Batc
             }
         }
         settings.metrics.proposed(pending.len());
+        let traces: Vec<_> = pending.iter_mut().filter_map(|p| p.trace.take()).collect();
+        let in_flight = (capacity - slots.available_permits()) / permits.max(1) as usize;
+        let span = crate::trace_context::proposal_span(&traces, pending.len(), in_flight);
         let (requests, replies): (Vec<Request>, Vec<Reply>) =
             pending.into_iter().map(|p| (p.request, p.reply)).unzip();
         let batch = Batch {
@@ -303,10 +313,10 @@ async fn run(sink: impl LogSink, mut rx: mpsc::Receiver<Pending>, settings: Batc
             limits: settings.limits,
             requests,
         };
-        match sink.submit(batch).await {
+        match sink.submit(batch).instrument(span.clone()).await {
             Ok(applied) => {
                 let answer_timeout = settings.answer_timeout;
-                tokio::spawn(async move {
+                let task = async move {
                     let result = tokio::time::timeout(answer_timeout, applied)
                         .await
                         .unwrap_or_else(|_| {
@@ -316,7 +326,8 @@ async fn run(sink: impl LogSink, mut rx: mpsc::Receiver<Pending>, settings: Batc
                         });
                     drop(permit);
                     deliver(replies, result);
-                });
+                };
+                tokio::spawn(task.instrument(span));
             }
             Err(error) => {
                 drop(permit);

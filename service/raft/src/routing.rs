@@ -41,6 +41,13 @@ pub(crate) async fn propose(node: &Node, request: Request) -> Result<Outcome, Ra
 
 /// The body of [`Node::linearizable`].
 pub(crate) async fn linearizable(node: &Node) -> Result<(), RaftLayerError> {
+    use tracing::Instrument;
+    read_index_then_catch_up(node)
+        .instrument(crate::child_span!("linearizable_read"))
+        .await
+}
+
+async fn read_index_then_catch_up(node: &Node) -> Result<(), RaftLayerError> {
     let wait = node.config.leader_wait();
     let call = LeaderCall::ReadIndex;
     let index = leader_call(node, call, wait, true, LeaderAnswer::into_read_index).await?;

@@ -227,6 +227,7 @@ async fn wait_in_line(
     wait: Duration,
     abandoned: impl std::future::Future<Output = ()>,
 ) -> Result<Waited, RaftLayerError> {
+    let trace = crate::trace_context::QueuedWait::start(wait);
     let ended = {
         let Some(rx) = guard.rx.as_mut() else {
             guard.disarm();
@@ -235,9 +236,18 @@ async fn wait_in_line(
         tokio::select! {
             ended = tokio::time::timeout(wait, rx) => ended,
             // Returning with the guard armed cancels the wait in the background.
-            () = abandoned => return Ok(Waited::Abandoned),
+            () = abandoned => {
+                trace.end("abandoned");
+                return Ok(Waited::Abandoned);
+            }
         }
     };
+    trace.end(match &ended {
+        Ok(Ok(WaitEnd::Ended(_))) => "lease_or_holding_ended",
+        Ok(Ok(_)) => "granted",
+        Ok(Err(_)) => "interrupted",
+        Err(_) => "timed_out",
+    });
     match ended {
         Ok(Ok(end)) => {
             guard.disarm();

@@ -295,6 +295,11 @@ pub struct ServeArgs {
     /// Seconds to let in-flight requests finish on SIGTERM.
     #[arg(long, env = "BATON_SHUTDOWN_TIMEOUT_S", default_value_t = 10)]
     pub shutdown_timeout_s: u64,
+    /// Log lines as human-readable text, or as one JSON object per line (with
+    /// the trace id on lines logged inside a traced request). Traces themselves
+    /// are configured by the standard OTEL_* variables (README, "Tracing").
+    #[arg(long, env = "BATON_LOG_FORMAT", value_enum, default_value_t = crate::telemetry::LogFormat::Text)]
+    pub log_format: crate::telemetry::LogFormat,
 }
 
 impl ServeArgs {

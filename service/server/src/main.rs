@@ -7,6 +7,7 @@
 //!
 //! - `cli`: the command line and environment: every flag, its checks, and the node
 //!   configuration built from them.
+//! - `telemetry`: log lines (`--log-format`) and the OTLP trace exporter (`OTEL_*`).
 //! - `proxy`: `baton serve --proxy`, a stateless sidecar that forwards to the leader.
 //! - `dev_cluster`: `baton dev cluster`, a local cluster in one command.
 //! - `dev_certs`: `baton dev certs`, a throw-away CA and certificates for trying TLS.
@@ -31,6 +32,7 @@ mod probe;
 mod proxy;
 mod supervisor;
 mod table;
+mod telemetry;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -42,19 +44,22 @@ use anyhow::Context;
 use baton_api::{configure, on_connect, openapi_json, ApiSettings, ApiState};
 use baton_raft::{client_config_trusting, peer_routes, Node, Tls};
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Command, DevCommand, ServeArgs};
 use crate::proxy::Proxy;
 use crate::supervisor::Target;
 
-fn init_tracing() {
-    let filter = EnvFilter::try_from_env("BATON_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        .init();
+/// Installs logging and, when the `OTEL_*` variables ask for it, the trace
+/// exporter; an unsupported `OTEL_*` value fails the start.
+fn init_telemetry(args: &ServeArgs) -> anyhow::Result<telemetry::Telemetry> {
+    let traces =
+        telemetry::trace_settings(|name| std::env::var(name).ok()).map_err(anyhow::Error::msg)?;
+    let (instance, node_id) = match (&args.proxy, args.resolved_node_id()) {
+        (Some(_), _) => (format!("proxy-{}", args.listen), None),
+        (None, Ok(id)) => (format!("node-{id}"), Some(id)),
+        (None, Err(_)) => ("node".to_owned(), None),
+    };
+    telemetry::init(args.log_format, traces, &instance, node_id)
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -302,8 +307,11 @@ async fn main() -> anyhow::Result<ExitCode> {
         }
         Command::Probe(args) => return Ok(probe::run(&args).await),
         Command::Serve(args) => {
-            init_tracing();
-            serve(*args).await?;
+            let telemetry = init_telemetry(&args)?;
+            let served = serve(*args).await;
+            // After the API stopped: the last requests' spans go out too.
+            telemetry.shutdown().await;
+            served?;
         }
         Command::Auth(command) => auth_cli::run(&command)?,
         Command::Dev(DevCommand::Cluster(args)) => dev_cluster::run(args).await?,

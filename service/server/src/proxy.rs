@@ -126,8 +126,36 @@ fn unavailable(reason: String) -> HttpResponse {
     .error_response()
 }
 
-/// Forwards one request (the proxy's only route besides `/healthz`).
+/// Forwards one request (the proxy's only route besides `/healthz`), in a
+/// trace span of its own when tracing is on: a child of the caller's
+/// `traceparent`, and the parent the node it forwards to sees.
 pub async fn forward(
+    proxy: web::Data<Proxy>,
+    http: HttpRequest,
+    payload: web::Payload,
+) -> HttpResponse {
+    use tracing::Instrument;
+    let span = forward_span(&http);
+    forward_once(proxy, http, payload).instrument(span).await
+}
+
+/// The proxy's span for one request (disabled with tracing off).
+fn forward_span(http: &HttpRequest) -> tracing::Span {
+    use baton_raft::trace_context;
+    if !trace_context::enabled() {
+        return tracing::Span::none();
+    }
+    let span = tracing::info_span!(
+        target: "baton_trace",
+        "proxy_forward",
+        otel.kind = "server",
+        http.request.method = http.method().as_str(),
+    );
+    trace_context::set_parent(&span, trace_context::extract(http.headers()));
+    span
+}
+
+async fn forward_once(
     proxy: web::Data<Proxy>,
     http: HttpRequest,
     payload: web::Payload,
@@ -157,6 +185,8 @@ pub async fn forward(
                 request = request.header(name.as_str(), value.as_bytes());
             }
         }
+        // With tracing on, the node sees this proxy's span as the parent.
+        let request = baton_raft::trace_context::propagate(request);
         let sent = tokio::select! {
             sent = request.send() => sent,
             () = baton_api::client_gone(&http) => return ApiError::ClientGone.error_response(),

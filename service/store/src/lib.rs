@@ -33,6 +33,8 @@
 //! - `error`: [`StoreError`], failures of opening, encoding and RocksDB.
 //! - `metrics`: [`StoreMetrics`], append and fsync latency, entries written, snapshots
 //!   built, commit-to-apply lag.
+//! - `stage_times`: [`stage_times()`], when this node appended, synced and applied each
+//!   recent entry, noted only while trace spans are on.
 
 mod codec;
 mod db;
@@ -42,6 +44,7 @@ mod metrics;
 mod shared;
 mod snapshot;
 mod snapshot_builder;
+mod stage_times;
 mod state_machine_store;
 mod type_config;
 
@@ -52,6 +55,7 @@ pub use log_store::LogStore;
 pub use metrics::StoreMetrics;
 pub use shared::{AppliedState, ApplyObserver, SharedState};
 pub use snapshot_builder::SnapshotBuilder;
+pub use stage_times::{stage_times, StageTimes};
 pub use state_machine_store::StateMachineStore;
 pub use type_config::{
     BatonNode, Entry, EntryPayload, LogId, LogState, Membership, NodeId, Snapshot, SnapshotMeta,

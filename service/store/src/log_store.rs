@@ -15,6 +15,7 @@ use crate::codec::{self, decode, encode, log_key, LOG_KEY_END};
 use crate::db::{self, CF_LOG, CF_META, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE};
 use crate::error::StoreError;
 use crate::metrics::StoreMetrics;
+use crate::stage_times;
 use crate::type_config::{Entry, LogId, LogState, StorageResult, TypeConfig, Vote};
 use crate::Durability;
 
@@ -150,17 +151,21 @@ impl LogStore {
     fn write_entries(&self, entries: impl IntoIterator<Item = Entry>) -> Result<(), StoreError> {
         let cf = db::cf(&self.db, CF_LOG)?;
         let mut batch = WriteBatch::default();
+        // Trace spans only: when this append started, and its first and last index.
+        let started = stage_times::recording().then(std::time::SystemTime::now);
+        let mut indexes = None;
         let mut count = 0;
         for entry in entries {
             count += 1;
-            batch.put_cf(
-                cf,
-                log_key(entry.log_id.index),
-                encode("log entry", &entry)?,
-            );
+            let index = entry.log_id.index;
+            indexes = Some((indexes.map_or(index, |(first, _)| first), index));
+            batch.put_cf(cf, log_key(index), encode("log entry", &entry)?);
         }
         self.db.write_opt(batch, &self.durable_write())?;
         self.metrics.entries_appended.add(count);
+        if let (Some(started), Some((first, last))) = (started, indexes) {
+            stage_times::appended(first, last, started);
+        }
         Ok(())
     }
 

@@ -13,6 +13,7 @@ use crate::metrics::StoreMetrics;
 use crate::shared::{AppliedState, ApplyObserver, SharedState};
 use crate::snapshot::{SnapshotEnvelope, SnapshotStore, StoredSnapshot};
 use crate::snapshot_builder::SnapshotBuilder;
+use crate::stage_times;
 use crate::type_config::{
     Entry, LogId, Snapshot, SnapshotMeta, StorageResult, StoredMembership, TypeConfig,
 };
@@ -104,6 +105,7 @@ impl StateMachineStore {
             for entry in entries {
                 let index = entry.log_id.index;
                 first_last = Some((first_last.map_or(index, |(first, _)| first), index));
+                let started = stage_times::recording().then(std::time::SystemTime::now);
                 let mut from_normal = None;
                 let reply = match entry.payload {
                     EntryPayload::Blank => Vec::new(),
@@ -119,6 +121,9 @@ impl StateMachineStore {
                     }
                 };
                 applied.last_applied = Some(entry.log_id);
+                if let Some(started) = started {
+                    stage_times::applied(index, started);
+                }
                 replies.push(reply);
                 normal_index.push(from_normal);
             }

@@ -188,6 +188,8 @@ pub struct Cluster {
     pub extra: Vec<String>,
     /// With TLS: the directory of `baton dev certs` (ca.crt, node.crt, ...).
     pub certs: Option<PathBuf>,
+    /// Extra environment variables for every node (`OTEL_*` in the trace tests).
+    pub env: Vec<(String, String)>,
 }
 
 impl Drop for Cluster {
@@ -209,17 +211,22 @@ impl Drop for Cluster {
 impl Cluster {
     /// Starts `n` voters with static `--peers` and waits until every node is ready.
     pub async fn start(n: u64, extra: &[&str]) -> Cluster {
-        Cluster::start_with(n, extra, false).await
+        Cluster::start_with(n, extra, false, &[]).await
+    }
+
+    /// As [`Cluster::start`], with extra environment variables for every node.
+    pub async fn start_env(n: u64, extra: &[&str], env: &[(&str, &str)]) -> Cluster {
+        Cluster::start_with(n, extra, false, env).await
     }
 
     /// As [`Cluster::start`], with TLS on both listeners of every node and peers
     /// verifying each other (certificates from `baton dev certs`, including a
     /// client certificate for `billing.client`).
     pub async fn start_tls(n: u64, extra: &[&str]) -> Cluster {
-        Cluster::start_with(n, extra, true).await
+        Cluster::start_with(n, extra, true, &[]).await
     }
 
-    async fn start_with(n: u64, extra: &[&str], tls: bool) -> Cluster {
+    async fn start_with(n: u64, extra: &[&str], tls: bool, env: &[(&str, &str)]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let certs = tls.then(|| write_certs(dir.path()));
         let scheme = if tls { "https" } else { "http" };
@@ -271,6 +278,10 @@ impl Cluster {
             client,
             extra,
             certs,
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
         };
         for id in 1..=n {
             cluster.spawn(id);
@@ -336,6 +347,7 @@ impl Cluster {
             .args(&extra)
             .env("BATON_CLUSTER_SECRET", SECRET)
             .env("BATON_LOG", "warn")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()

@@ -6,4 +6,5 @@ mod cluster;
 mod harness;
 mod modes_cluster;
 mod process;
+mod traces;
 mod watch_process;
