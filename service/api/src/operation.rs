@@ -50,24 +50,65 @@ fn operations() -> &'static HashMap<(Method, String), &'static str> {
     })
 }
 
+/// The operation id of the route `method` + `pattern` (the scope's prefix and
+/// the pattern inside it), for naming its resource when the router is built.
+pub(crate) fn operation_id(method: &Method, pattern: &str) -> Option<&'static str> {
+    operations()
+        .get(&(method.clone(), pattern.to_owned()))
+        .copied()
+}
+
 /// The OpenAPI operation id of a routed request (`acquire_lock`), or
 /// [`UNROUTED`] when no route matched.
+///
+/// Every route's resource is registered under its operation id (`routes.rs`).
+/// actix reports the name of the first resource whose pattern matches the path,
+/// whatever its method guard (GET, PUT and DELETE of `/v1/names/{name}` all say
+/// the first one's), so the id is looked up by that name and the method. No
+/// allocation per request, where `HttpRequest::match_pattern` builds a `String`.
 pub fn operation_of(request: &HttpRequest) -> &'static str {
+    let ids = sorted_operations();
     request
-        .match_pattern()
-        .and_then(|pattern| {
-            operations()
-                .get(&(request.method().clone(), pattern))
+        .match_name()
+        .and_then(|name| ids.binary_search(&name).ok().map(|at| ids[at]))
+        .and_then(|first| {
+            by_first_and_method()
+                .get(&(first, request.method().clone()))
                 .copied()
         })
         .unwrap_or(UNROUTED)
 }
 
+/// `(operation id of the first route of a pattern, method)` -> operation id.
+fn by_first_and_method() -> &'static HashMap<(&'static str, Method), &'static str> {
+    static TABLE: OnceLock<HashMap<(&'static str, Method), &'static str>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut first_of_pattern: HashMap<String, &'static str> = HashMap::new();
+        let mut table = HashMap::new();
+        for entry in route_table() {
+            let pattern = format!("{}{}", entry.scope, entry.pattern);
+            let Some(id) = operation_id(&entry.method, &pattern) else {
+                continue;
+            };
+            let first = *first_of_pattern.entry(pattern).or_insert(id);
+            table.insert((first, entry.method.clone()), id);
+        }
+        table
+    })
+}
+
+fn sorted_operations() -> &'static [&'static str] {
+    static SORTED: OnceLock<Vec<&'static str>> = OnceLock::new();
+    SORTED.get_or_init(|| {
+        let mut ids: Vec<&'static str> = operations().values().copied().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    })
+}
+
 /// Every operation id the router can report (for pre-registering metric
 /// series, so a scrape shows zeros rather than missing series).
 pub fn all_operations() -> Vec<&'static str> {
-    let mut ids: Vec<&'static str> = operations().values().copied().collect();
-    ids.sort_unstable();
-    ids.dedup();
-    ids
+    sorted_operations().to_vec()
 }

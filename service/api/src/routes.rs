@@ -113,6 +113,21 @@ pub struct RouteEntry {
 }
 
 impl RouteEntry {
+    /// This route as a resource of its own, named after its operation id (what
+    /// request metrics and spans read back, see `operation::operation_of`) and
+    /// guarded by its method, as `route()` on a scope would guard it: a request
+    /// of another method falls through to the next resource of the same path.
+    fn resource(&self) -> actix_web::Resource {
+        let pattern = format!("{}{}", self.scope, self.pattern);
+        let resource =
+            web::resource(self.pattern).guard(actix_web::guard::Method(self.method.clone()));
+        let resource = match crate::operation::operation_id(&self.method, &pattern) {
+            Some(id) => resource.name(id),
+            None => resource,
+        };
+        resource.route((self.handler)())
+    }
+
     /// The path as the OpenAPI document writes it (`/v1/locks/{name}:acquire`).
     pub fn template(&self) -> String {
         format!("{}{}", self.scope, self.pattern).replace(NAME_SEGMENT, "{name}")
@@ -185,7 +200,7 @@ fn register_routes(cfg: &mut web::ServiceConfig) {
     let mut scopes: Vec<(&'static str, Vec<RouteEntry>)> = Vec::new();
     for entry in route_table() {
         if entry.scope.is_empty() {
-            cfg.route(entry.pattern, (entry.handler)());
+            cfg.service(entry.resource());
             continue;
         }
         match scopes.iter_mut().find(|(scope, _)| *scope == entry.scope) {
@@ -197,7 +212,7 @@ fn register_routes(cfg: &mut web::ServiceConfig) {
         let scope = entries
             .into_iter()
             .fold(web::scope(prefix), |scope, entry| {
-                scope.route(entry.pattern, (entry.handler)())
+                scope.service(entry.resource())
             });
         cfg.service(scope.default_service(web::to(no_route)));
     }
