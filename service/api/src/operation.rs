@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use actix_web::http::Method;
-use actix_web::HttpRequest;
+use actix_web::{HttpMessage, HttpRequest};
 use utoipa::OpenApi;
 
 use crate::openapi::ApiDoc;
@@ -58,43 +58,23 @@ pub(crate) fn operation_id(method: &Method, pattern: &str) -> Option<&'static st
         .copied()
 }
 
-/// The OpenAPI operation id of a routed request (`acquire_lock`), or
-/// [`UNROUTED`] when no route matched.
-///
-/// Every route's resource is registered under its operation id (`routes.rs`).
-/// actix reports the name of the first resource whose pattern matches the path,
-/// whatever its method guard (GET, PUT and DELETE of `/v1/names/{name}` all say
-/// the first one's), so the id is looked up by that name and the method. No
-/// allocation per request, where `HttpRequest::match_pattern` builds a `String`.
-pub fn operation_of(request: &HttpRequest) -> &'static str {
-    let ids = sorted_operations();
-    request
-        .match_name()
-        .and_then(|name| ids.binary_search(&name).ok().map(|at| ids[at]))
-        .and_then(|first| {
-            by_first_and_method()
-                .get(&(first, request.method().clone()))
-                .copied()
-        })
-        .unwrap_or(UNROUTED)
-}
+/// The operation a routed request was matched to, put in its extensions by the
+/// route's own resource (`routes.rs`) before the handler runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Operation(pub(crate) &'static str);
 
-/// `(operation id of the first route of a pattern, method)` -> operation id.
-fn by_first_and_method() -> &'static HashMap<(&'static str, Method), &'static str> {
-    static TABLE: OnceLock<HashMap<(&'static str, Method), &'static str>> = OnceLock::new();
-    TABLE.get_or_init(|| {
-        let mut first_of_pattern: HashMap<String, &'static str> = HashMap::new();
-        let mut table = HashMap::new();
-        for entry in route_table() {
-            let pattern = format!("{}{}", entry.scope, entry.pattern);
-            let Some(id) = operation_id(&entry.method, &pattern) else {
-                continue;
-            };
-            let first = *first_of_pattern.entry(pattern).or_insert(id);
-            table.insert((first, entry.method.clone()), id);
-        }
-        table
-    })
+/// The OpenAPI operation id of a routed request (`acquire_lock`), or
+/// [`UNROUTED`] when no route matched (or before routing).
+///
+/// Read from the request's extensions, where the matched resource put it:
+/// `HttpRequest::match_pattern` and `match_name` both match the path against
+/// every pattern again (regex searches and a `String`), which the callgrind
+/// profile put at several thousand instructions a request.
+pub fn operation_of(request: &HttpRequest) -> &'static str {
+    request
+        .extensions()
+        .get::<Operation>()
+        .map_or(UNROUTED, |operation| operation.0)
 }
 
 fn sorted_operations() -> &'static [&'static str] {

@@ -96,12 +96,6 @@ fn start(request: &HttpRequest) -> Option<(tracing::Span, bool)> {
     let cx = trace_context::context_of(&span);
     let span_context = cx.span().span_context().clone();
     let sampled = span_context.is_sampled();
-    if sampled {
-        let operation = operation_of(request);
-        // The span has started (the sampler needed it): rename the live span.
-        cx.span().update_name(operation);
-        span.record("baton.operation", operation);
-    }
     Some((span, sampled))
 }
 
@@ -109,6 +103,14 @@ fn start(request: &HttpRequest) -> Option<(tracing::Span, bool)> {
 /// and the resource name the router extracted (never a lease id: only the
 /// `name` segment is read).
 fn finish(span: &tracing::Span, response: &ServiceResponse) {
+    // Named once routed: the matched resource notes the operation in the
+    // request's extensions (`operation::operation_of`). The span has started
+    // (the sampler needed it), so the live span is renamed.
+    let operation = operation_of(response.request());
+    trace_context::context_of(span)
+        .span()
+        .update_name(operation);
+    span.record("baton.operation", operation);
     let status = response.status();
     span.record("http.response.status_code", status.as_u16());
     if let Some(name) = response.request().match_info().get("name") {

@@ -113,19 +113,25 @@ pub struct RouteEntry {
 }
 
 impl RouteEntry {
-    /// This route as a resource of its own, named after its operation id (what
-    /// request metrics and spans read back, see `operation::operation_of`) and
-    /// guarded by its method, as `route()` on a scope would guard it: a request
-    /// of another method falls through to the next resource of the same path.
-    fn resource(&self) -> actix_web::Resource {
+    /// This route as a resource of its own, which notes its operation id in the
+    /// request's extensions (what request metrics and spans read back, see
+    /// `operation::operation_of`), guarded by its method as `route()` on a scope
+    /// would guard it: a request of another method falls through to the next
+    /// resource of the same path.
+    fn resource(&self) -> impl actix_web::dev::HttpServiceFactory + 'static {
         let pattern = format!("{}{}", self.scope, self.pattern);
         let resource =
             web::resource(self.pattern).guard(actix_web::guard::Method(self.method.clone()));
-        let resource = match crate::operation::operation_id(&self.method, &pattern) {
-            Some(id) => resource.name(id),
-            None => resource,
-        };
-        resource.route((self.handler)())
+        let id = crate::operation::operation_id(&self.method, &pattern)
+            .unwrap_or(crate::operation::UNROUTED);
+        resource
+            .wrap_fn(move |request, service| {
+                request
+                    .extensions_mut()
+                    .insert(crate::operation::Operation(id));
+                service.call(request)
+            })
+            .route((self.handler)())
     }
 
     /// The path as the OpenAPI document writes it (`/v1/locks/{name}:acquire`).
