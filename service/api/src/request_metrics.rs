@@ -115,7 +115,8 @@ impl RequestMetrics {
 
     /// Counts one answer of the request `timing` was started for.
     fn answered<B>(&self, timing: Timing, response: &ServiceResponse<B>) {
-        let Timing { operation, started } = timing;
+        let Timing { started } = timing;
+        let operation = operation_of(response.request());
         let status = response.status();
         let error = response
             .response()
@@ -221,19 +222,17 @@ impl RequestMetrics {
     }
 }
 
-/// A request on its way in: its operation and when it arrived.
+/// A request on its way in: when it arrived. Its operation is read once it
+/// was routed (the matched resource notes it, see `operation::operation_of`).
 #[derive(Clone, Copy, Debug)]
 pub struct Timing {
-    operation: &'static str,
     started: Instant,
 }
 
 impl Timing {
-    /// Starts timing `request` (before it is handed on: the operation is read
-    /// from the request).
-    pub fn start(request: &ServiceRequest) -> Timing {
+    /// Starts timing `request` (before it is handed on).
+    pub fn start(_request: &ServiceRequest) -> Timing {
         Timing {
-            operation: operation_of(request.request()),
             started: Instant::now(),
         }
     }
