@@ -28,6 +28,7 @@ mod holders;
 mod machine;
 mod markdown;
 mod memory;
+mod output;
 mod overload;
 mod probe;
 mod process;

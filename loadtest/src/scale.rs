@@ -19,7 +19,7 @@ use clap::Args;
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use serde::Serialize;
 
-use crate::memory::upsert_section;
+use crate::output::OutputArgs;
 use crate::process::{free_port, Server};
 use crate::report::Report;
 use crate::scenario::{self, RunArgs, Scenario};
@@ -46,16 +46,9 @@ pub struct ScaleArgs {
     /// Concurrent requests while filling a level.
     #[arg(long, default_value_t = 64)]
     pub fill_clients: usize,
-    /// Where the servers keep their data (a temporary directory is made inside).
-    #[arg(long)]
-    pub data_root: Option<PathBuf>,
-    /// Write the JSON result here (default: stdout).
-    #[arg(long)]
-    pub report: Option<PathBuf>,
-    /// Also write the result as a section of this Markdown file (replacing the
-    /// section of an earlier run; the rest of the file is kept).
-    #[arg(long)]
-    pub markdown: Option<PathBuf>,
+    /// Data root, JSON report and Markdown section.
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Write the plot (throughput and p99 against held locks) here as SVG.
     #[arg(long)]
     pub plot: Option<PathBuf>,
@@ -104,29 +97,18 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<()> {
         snapshot_every: args.snapshot_every,
         levels,
     };
-    let json = serde_json::to_string_pretty(&report)?;
-    match &args.report {
-        Some(path) => std::fs::write(path, &json)?,
-        None => println!("{json}"),
-    }
     if let Some(path) = &args.plot {
         std::fs::write(path, plot(&report))?;
     }
-    if let Some(path) = &args.markdown {
-        let old = std::fs::read_to_string(path).unwrap_or_default();
-        let section = render(&report, &command, args.plot.as_ref());
-        std::fs::write(path, upsert_section(&old, SECTION, &section))?;
-        eprintln!("scale: wrote the section into {}", path.display());
-    }
+    args.output.write(&report, SECTION, || {
+        render(&report, &command, args.plot.as_ref())
+    })?;
     Ok(())
 }
 
 /// One level on a fresh node.
 async fn level(args: &ScaleArgs, held: usize) -> anyhow::Result<Level> {
-    let root = args.data_root.clone().unwrap_or_else(std::env::temp_dir);
-    let dir = tempfile::Builder::new()
-        .prefix("baton-scale-")
-        .tempdir_in(&root)?;
+    let dir = args.output.temp_dir("baton-scale-")?;
     let data = dir.path().join("baton-data");
     let log = dir.path().join("baton.log");
     let ttl_ms = 3_600_000;

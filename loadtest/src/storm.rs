@@ -20,7 +20,8 @@ use clap::Args;
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use serde::Serialize;
 
-use crate::memory::{gauge, upsert_section};
+use crate::memory::gauge;
+use crate::output::OutputArgs;
 use crate::process::{free_port, Server};
 use crate::report::Report;
 use crate::scenario::{self, RunArgs, Scenario};
@@ -56,15 +57,9 @@ pub struct StormArgs {
     /// Concurrent requests while filling.
     #[arg(long, default_value_t = 64)]
     pub fill_clients: usize,
-    /// Where the server keeps its data (a temporary directory is made inside).
-    #[arg(long)]
-    pub data_root: Option<PathBuf>,
-    /// Write the JSON result here (default: stdout).
-    #[arg(long)]
-    pub report: Option<PathBuf>,
-    /// Also write the result as a section of this Markdown file.
-    #[arg(long)]
-    pub markdown: Option<PathBuf>,
+    /// Data root, JSON report and Markdown section.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// What `storm` measured.
@@ -102,27 +97,13 @@ pub struct StormReport {
 pub async fn storm(args: StormArgs) -> anyhow::Result<()> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let report = measure(&args).await?;
-    let json = serde_json::to_string_pretty(&report)?;
-    match &args.report {
-        Some(path) => std::fs::write(path, &json)?,
-        None => println!("{json}"),
-    }
-    if let Some(path) = &args.markdown {
-        let old = std::fs::read_to_string(path).unwrap_or_default();
-        std::fs::write(
-            path,
-            upsert_section(&old, SECTION, &render(&report, &command)),
-        )?;
-        eprintln!("storm: wrote the section into {}", path.display());
-    }
+    args.output
+        .write(&report, SECTION, || render(&report, &command))?;
     Ok(())
 }
 
 async fn measure(args: &StormArgs) -> anyhow::Result<StormReport> {
-    let root = args.data_root.clone().unwrap_or_else(std::env::temp_dir);
-    let dir = tempfile::Builder::new()
-        .prefix("baton-storm-")
-        .tempdir_in(&root)?;
+    let dir = args.output.temp_dir("baton-storm-")?;
     let data = dir.path().join("baton-data");
     let log = dir.path().join("baton.log");
     let extra = vec![
