@@ -86,6 +86,8 @@ SCHEMA_REFUSALS = {
         "lock"),
     "an OpenTelemetry sampler the SDKs do not have": ({"otel": {"sampler": "sometimes"}}, "/otel/sampler"),
     "a sampler ratio above 1": ({"otel": {"samplerArg": "1.5"}}, "/otel/samplerArg"),
+    # Baton exports OTLP/HTTP protobuf only: a pod told grpc would never start.
+    "an OTLP protocol Baton refuses": ({"otel": {"protocol": "grpc"}}, "/otel/protocol"),
     "a misspelt dashboard key": ({"grafanaDashboard": {"enable": True}}, "enable"),
     "an unknown endpoint access": (
         {"auth": {"enabled": True, "file": {"principals": [{"name": "a", "role": "admin"}],

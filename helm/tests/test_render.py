@@ -297,13 +297,13 @@ def test_otel_env_only_when_set(chart):
     names = set(env(voter(render(chart))))
     assert names == {"POD_NAME", "BATON_CLUSTER_SECRET", "BATON_ACCEPT_CLUSTER_SECRET"}
     otel = {"endpoint": "http://collector.obs:4317", "serviceName": "baton", "sampler": "parentbased_traceidratio",
-            "samplerArg": "0.25", "protocol": "grpc", "resourceAttributes": "deployment.environment=prod"}
+            "samplerArg": "0.25", "protocol": "http/protobuf", "resourceAttributes": "deployment.environment=prod"}
     got = {k: v.get("value") for k, v in env(voter(render(chart, {"otel": otel}))).items()}
     assert got["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector.obs:4317"
     assert got["OTEL_SERVICE_NAME"] == "baton"
     assert got["OTEL_TRACES_SAMPLER"] == "parentbased_traceidratio"
     assert got["OTEL_TRACES_SAMPLER_ARG"] == "0.25"
-    assert got["OTEL_EXPORTER_OTLP_PROTOCOL"] == "grpc"
+    assert got["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf"
     assert got["OTEL_RESOURCE_ATTRIBUTES"] == "deployment.environment=prod"
     only_endpoint = set(env(voter(render(chart, {"otel": {"endpoint": "http://c:4317"}}))))
     assert only_endpoint == {"POD_NAME", "BATON_CLUSTER_SECRET", "BATON_ACCEPT_CLUSTER_SECRET",
@@ -311,6 +311,21 @@ def test_otel_env_only_when_set(chart):
     disabled = env(voter(render(chart, {"otel": {"endpoint": "http://c:4318", "sdkDisabled": True}})))
     assert disabled["OTEL_SDK_DISABLED"] == {"name": "OTEL_SDK_DISABLED", "value": "true"}
     assert "OTEL_SDK_DISABLED" not in env(voter(render(chart, {"otel": {"sdkDisabled": False}})))
+
+
+def test_otel_ca_secret_is_mounted_and_named(chart):
+    plain = voter(render(chart, {"otel": {"endpoint": "https://collector.obs:4318"}}))
+    assert "OTEL_EXPORTER_OTLP_CERTIFICATE" not in env(plain)
+    assert not [v for v in plain["volumeMounts"] if v["name"] == "otel-ca"]
+    docs = render(chart, {"otel": {"endpoint": "https://collector.obs:4318", "caSecret": "collector-ca",
+                                   "caKey": "root.pem"}})
+    container = voter(docs)
+    assert env(container)["OTEL_EXPORTER_OTLP_CERTIFICATE"]["value"] == "/etc/baton/otel-ca/root.pem"
+    (mount,) = [v for v in container["volumeMounts"] if v["name"] == "otel-ca"]
+    assert mount == {"name": "otel-ca", "mountPath": "/etc/baton/otel-ca", "readOnly": True}
+    pod = find(docs, "StatefulSet")["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "otel-ca"]
+    assert volume["secret"] == {"secretName": "collector-ca", "items": [{"key": "root.pem", "path": "root.pem"}]}
 
 
 def test_grafana_dashboard_config_map_only_when_enabled(chart):

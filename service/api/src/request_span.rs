@@ -8,15 +8,17 @@
 //!
 //! Cost: with tracing off the span is disabled (see `baton_raft::trace_context`)
 //! and the middleware only polls the inner future. With tracing on, sampling is
-//! decided when the span starts (parent-based, in the SDK's sampler); the route
-//! lookup for its name and every attribute are computed only for a sampled
-//! request.
+//! decided before any span exists (`trace_context::root_sampled`): an
+//! unsampled request gets no span, and its caller's context, when it sent one,
+//! is only made current so that JSON log lines carry its trace id. The span's
+//! name and attributes are computed only for a sampled request.
 
 use std::future::Future;
 
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
 use actix_web::HttpRequest;
 use baton_raft::trace_context;
+use opentelemetry::context::FutureExt as _;
 use opentelemetry::trace::TraceContextExt;
 use tracing::field::Empty;
 use tracing::Instrument;
@@ -34,28 +36,48 @@ pub fn traced<S>(
 where
     S: Service<ServiceRequest, Response = ServiceResponse, Error = actix_web::Error>,
 {
-    let span = start(request.request());
-    let call = match &span {
-        Some((span, _)) => span.in_scope(|| service.call(request)),
-        None => service.call(request),
+    let root = start(request.request());
+    let call = match &root {
+        Root::Sampled(span) => span.in_scope(|| service.call(request)),
+        Root::Unsampled(_) | Root::Untraced => service.call(request),
     };
     async move {
-        let Some((span, sampled)) = span else {
-            let result = call.await;
-            if let Ok(response) = &result {
-                answered(response);
+        let span = match root {
+            Root::Untraced => {
+                let result = call.await;
+                if let Ok(response) = &result {
+                    answered(response);
+                }
+                return result;
             }
-            return result;
+            Root::Unsampled(caller) => {
+                let result = call.with_context(caller.clone()).await;
+                if let Ok(response) = &result {
+                    let _current = caller.attach();
+                    answered(response);
+                }
+                return result;
+            }
+            Root::Sampled(span) => span,
         };
         let result = call.instrument(span.clone()).await;
         if let Ok(response) = &result {
-            if sampled {
-                finish(&span, response);
-            }
+            finish(&span, response);
             span.in_scope(|| answered(response));
         }
         result
     }
+}
+
+/// What tracing does for one request.
+enum Root {
+    /// Tracing is off, or the trace starts here and is not sampled.
+    Untraced,
+    /// Not sampled by the caller's trace: its context is current while the
+    /// request runs, so log lines carry the caller's trace id.
+    Unsampled(opentelemetry::Context),
+    /// Sampled: the request's span.
+    Sampled(tracing::Span),
 }
 
 /// One line per request for operators who ask for it
@@ -70,10 +92,20 @@ fn answered(response: &ServiceResponse) {
     );
 }
 
-/// The request's span and whether its trace is sampled; `None` with tracing off.
-fn start(request: &HttpRequest) -> Option<(tracing::Span, bool)> {
+/// The request's span when its trace is sampled (decided here, before the
+/// span exists, from the caller's `traceparent` and `OTEL_TRACES_SAMPLER`).
+fn start(request: &HttpRequest) -> Root {
     if !trace_context::enabled() {
-        return None;
+        return Root::Untraced;
+    }
+    let parent = trace_context::extract(request.headers());
+    if !trace_context::root_sampled(&parent) {
+        let caller_sent_one = parent.span().span_context().is_valid();
+        return if caller_sent_one {
+            Root::Unsampled(parent)
+        } else {
+            Root::Untraced
+        };
     }
     let span = tracing::info_span!(
         target: "baton_trace::request",
@@ -88,15 +120,13 @@ fn start(request: &HttpRequest) -> Option<(tracing::Span, bool)> {
         baton.revision = Empty,
         baton.fencing_token = Empty
     );
-    let parent = trace_context::extract(request.headers());
     if parent.span().span_context().is_valid() {
         trace_context::set_parent(&span, parent);
     }
-    // Starts the OpenTelemetry span: the sampler decides here.
-    let cx = trace_context::context_of(&span);
-    let span_context = cx.span().span_context().clone();
-    let sampled = span_context.is_sampled();
-    Some((span, sampled))
+    // Starts the OpenTelemetry span now, so that its context (trace id,
+    // sampled) is current for what the request does.
+    let _ = trace_context::context_of(&span);
+    Root::Sampled(span)
 }
 
 /// Records what the answer says: status, error code, revision, fencing token,
@@ -104,8 +134,8 @@ fn start(request: &HttpRequest) -> Option<(tracing::Span, bool)> {
 /// `name` segment is read).
 fn finish(span: &tracing::Span, response: &ServiceResponse) {
     // Named once routed: the matched resource notes the operation in the
-    // request's extensions (`operation::operation_of`). The span has started
-    // (the sampler needed it), so the live span is renamed.
+    // request's extensions (`operation::operation_of`); the span started
+    // before routing, so the live span is renamed.
     let operation = operation_of(response.request());
     trace_context::context_of(span)
         .span()

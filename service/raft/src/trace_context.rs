@@ -5,19 +5,23 @@
 //! formatter, so with no exporter configured no subscriber wants these spans
 //! and tracing's callsite cache turns each of them into one atomic load.
 //!
-//! With an exporter, sampling is decided once, at the root (the request span,
-//! parent-based): the helpers here create a child span only when the current
-//! OpenTelemetry context is sampled ([`sampled`]), so an unsampled request pays
-//! for no child span and formats no attribute.
+//! With an exporter, sampling is decided once, at the root, before any span
+//! exists ([`root_sampled`], by the [`RootSampler`] that `OTEL_TRACES_SAMPLER`
+//! names): an unsampled request gets no span at all (the OpenTelemetry SDK's
+//! own sampler would only decide once the span is built, which costs as much
+//! as a sampled span's start). The helpers here create a child span only when
+//! the current OpenTelemetry context is sampled ([`sampled`]), so an unsampled
+//! request pays for no child span and formats no attribute.
 //!
 //! The propagator is whatever the binary installed globally (W3C trace context
 //! when tracing is on, the no-op one otherwise), so [`inject`] and [`extract`]
 //! cost nothing with tracing off.
 
+use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use opentelemetry::propagation::{Extractor, Injector};
-use opentelemetry::trace::{Span as _, SpanKind, TraceContextExt, Tracer as _};
+use opentelemetry::trace::{Span as _, SpanContext, SpanKind, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 
 /// The `tracing` target of every trace span (and nothing else).
@@ -34,6 +38,94 @@ pub fn enabled() -> bool {
 /// gate in front of every child span.
 pub fn sampled() -> bool {
     enabled() && Context::map_current(|cx| cx.span().span_context().is_sampled())
+}
+
+/// How the root of a trace (a request span, a proxy's span) decides whether
+/// the trace is sampled: the samplers `OTEL_TRACES_SAMPLER` names.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RootSampler {
+    /// `always_on`: every trace.
+    AlwaysOn,
+    /// `always_off`: none.
+    AlwaysOff,
+    /// `traceidratio`: this share of traces, decided from the trace id (the
+    /// caller's when it sent one), whatever the caller decided.
+    Ratio(f64),
+    /// `parentbased_always_on` (the default): the caller's decision when it
+    /// sent a trace context, every trace otherwise.
+    ParentAlwaysOn,
+    /// `parentbased_always_off`: the caller's decision, none otherwise.
+    ParentAlwaysOff,
+    /// `parentbased_traceidratio`: the caller's decision, this share otherwise.
+    ParentRatio(f64),
+}
+
+impl RootSampler {
+    /// [`RootSampler::samples`] under an OpenTelemetry context: an empty one
+    /// (no `traceparent`, or an invalid one) is no caller context.
+    pub fn samples_under(self, parent: &Context, draw: u64) -> bool {
+        let span = parent.span();
+        let context = span.span_context();
+        self.samples(context.is_valid().then_some(context), draw)
+    }
+
+    /// Whether a root with caller context `parent` (when the caller sent a
+    /// valid one) is sampled; `draw` is a random number, standing in for the
+    /// trace id of a trace that starts here.
+    pub fn samples(self, parent: Option<&SpanContext>, draw: u64) -> bool {
+        let by_ratio = |ratio: f64| {
+            let id = parent.map_or(draw, |parent| {
+                let bytes = parent.trace_id().to_bytes();
+                u64::from_be_bytes(bytes[8..].try_into().unwrap_or_default())
+            });
+            ratio_admits(ratio, id)
+        };
+        match (self, parent) {
+            (RootSampler::AlwaysOn, _) => true,
+            (RootSampler::AlwaysOff, _) => false,
+            (RootSampler::Ratio(ratio), _) => by_ratio(ratio),
+            (
+                RootSampler::ParentAlwaysOn
+                | RootSampler::ParentAlwaysOff
+                | RootSampler::ParentRatio(_),
+                Some(parent),
+            ) => parent.is_sampled(),
+            (RootSampler::ParentAlwaysOn, None) => true,
+            (RootSampler::ParentAlwaysOff, None) => false,
+            (RootSampler::ParentRatio(ratio), None) => by_ratio(ratio),
+        }
+    }
+}
+
+/// The specification's `TraceIdRatioBased` rule (what the OpenTelemetry SDKs
+/// do): the lower 63 bits of the trace id's last eight bytes against the
+/// ratio's share of 2^63, so every process that sees the same trace id with
+/// the same ratio decides the same.
+fn ratio_admits(ratio: f64, id: u64) -> bool {
+    if ratio >= 1.0 {
+        return true;
+    }
+    // The cast saturates: a ratio at or below 0 admits nothing.
+    let bound = (ratio * (1u64 << 63) as f64) as u64;
+    (id >> 1) < bound
+}
+
+static ROOT_SAMPLER: OnceLock<RootSampler> = OnceLock::new();
+
+/// Sets the sampler of every trace root in this process (once, at start;
+/// [`RootSampler::ParentAlwaysOn`] until then). A second call is ignored.
+pub fn set_root_sampler(sampler: RootSampler) {
+    let _ = ROOT_SAMPLER.set(sampler);
+}
+
+/// Whether a trace rooted here, under the caller's context `parent` (empty
+/// when it sent none), is sampled. Call it only with tracing [`enabled`].
+pub fn root_sampled(parent: &Context) -> bool {
+    let sampler = ROOT_SAMPLER
+        .get()
+        .copied()
+        .unwrap_or(RootSampler::ParentAlwaysOn);
+    sampler.samples_under(parent, rand::random())
 }
 
 /// A child span of the current span when the trace is sampled, otherwise a
@@ -270,5 +362,86 @@ impl QueuedWait {
             self.span.record("wait.ended", how);
             self.span.record("wait.waited_ms", waited);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry::trace::{SpanId, TraceFlags, TraceId, TraceState};
+
+    use super::*;
+
+    /// A caller's context whose trace id ends in `low` (the bytes the ratio
+    /// rule reads).
+    fn caller(low: u64, sampled: bool) -> SpanContext {
+        let mut id = [0x11u8; 16];
+        id[8..].copy_from_slice(&low.to_be_bytes());
+        let flags = if sampled {
+            TraceFlags::SAMPLED
+        } else {
+            TraceFlags::default()
+        };
+        SpanContext::new(
+            TraceId::from_bytes(id),
+            SpanId::from_bytes([7; 8]),
+            flags,
+            true,
+            TraceState::default(),
+        )
+    }
+
+    #[test]
+    fn parent_based_samplers_follow_the_callers_decision() {
+        let (on, off) = (caller(u64::MAX, true), caller(0, false));
+        for sampler in [
+            RootSampler::ParentAlwaysOn,
+            RootSampler::ParentAlwaysOff,
+            RootSampler::ParentRatio(0.0),
+            RootSampler::ParentRatio(1.0),
+        ] {
+            assert!(sampler.samples(Some(&on), 0), "{sampler:?}");
+            assert!(!sampler.samples(Some(&off), 0), "{sampler:?}");
+        }
+        assert!(RootSampler::ParentAlwaysOn.samples(None, u64::MAX));
+        assert!(!RootSampler::ParentAlwaysOff.samples(None, 0));
+    }
+
+    #[test]
+    fn plain_samplers_ignore_the_callers_decision() {
+        let (on, off) = (caller(u64::MAX, true), caller(0, false));
+        assert!(RootSampler::AlwaysOn.samples(Some(&off), u64::MAX));
+        assert!(!RootSampler::AlwaysOff.samples(Some(&on), 0));
+        // The ratio reads the caller's trace id, not its flag.
+        assert!(RootSampler::Ratio(0.5).samples(Some(&off), u64::MAX));
+        assert!(!RootSampler::Ratio(0.5).samples(Some(&on), 0));
+    }
+
+    #[test]
+    fn the_ratio_admits_its_share_of_trace_ids_and_of_draws() {
+        // The rule: (id >> 1) < ratio * 2^63.
+        let half = 1u64 << 63;
+        assert!(RootSampler::Ratio(0.5).samples(Some(&caller(half - 1, false)), 0));
+        assert!(!RootSampler::Ratio(0.5).samples(Some(&caller(half, false)), 0));
+        assert!(RootSampler::ParentRatio(0.5).samples(None, half - 1));
+        assert!(!RootSampler::ParentRatio(0.5).samples(None, half));
+        assert!(!RootSampler::ParentRatio(0.0).samples(None, 0));
+        assert!(RootSampler::ParentRatio(1.0).samples(None, u64::MAX));
+        // Over evenly spread draws, 1 % of them.
+        let step = u64::MAX / 10_000 + 1;
+        let admitted = (0..10_000u64)
+            .filter(|i| RootSampler::ParentRatio(0.01).samples(None, i * step))
+            .count();
+        assert_eq!(admitted, 100);
+    }
+
+    #[test]
+    fn an_empty_caller_context_counts_as_none() {
+        // No traceparent: the root decides alone (ratio 0 samples nothing
+        // even though an empty context is "not sampled").
+        let empty = Context::new();
+        assert!(!RootSampler::ParentRatio(0.0).samples_under(&empty, 0));
+        assert!(RootSampler::ParentAlwaysOn.samples_under(&empty, u64::MAX));
+        let unsampled = Context::new().with_remote_span_context(caller(0, false));
+        assert!(!RootSampler::ParentAlwaysOn.samples_under(&unsampled, u64::MAX));
     }
 }

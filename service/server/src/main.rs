@@ -8,6 +8,7 @@
 //! - `cli`: the command line and environment: every flag, its checks, and the node
 //!   configuration built from them.
 //! - `telemetry`: log lines (`--log-format`) and the OTLP trace exporter (`OTEL_*`).
+//! - `otlp_transport`: how the exporter reaches its collector (https roots, client certificate, timeout).
 //! - `proxy`: `baton serve --proxy`, a stateless sidecar that forwards to the leader.
 //! - `dev_cluster`: `baton dev cluster`, a local cluster in one command.
 //! - `dev_certs`: `baton dev certs`, a throw-away CA and certificates for trying TLS.
@@ -28,6 +29,7 @@ mod dev_certs;
 mod dev_cluster;
 mod event_stream;
 mod inspect;
+mod otlp_transport;
 mod probe;
 mod proxy;
 mod supervisor;

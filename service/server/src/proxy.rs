@@ -145,13 +145,18 @@ fn forward_span(http: &HttpRequest) -> tracing::Span {
     if !trace_context::enabled() {
         return tracing::Span::none();
     }
+    let parent = trace_context::extract(http.headers());
+    if !trace_context::root_sampled(&parent) {
+        // The caller's own traceparent, if any, goes on to the node unchanged.
+        return tracing::Span::none();
+    }
     let span = tracing::info_span!(
         target: "baton_trace",
         "proxy_forward",
         otel.kind = "server",
         http.request.method = http.method().as_str(),
     );
-    trace_context::set_parent(&span, trace_context::extract(http.headers()));
+    trace_context::set_parent(&span, parent);
     span
 }
 

@@ -9,9 +9,11 @@
 //! cached callsite check. With an endpoint, the OpenTelemetry layer takes only
 //! that target (not the libraries' own spans and events).
 
+use crate::otlp_transport::{system_bundle, ExportTransport};
+use baton_raft::trace_context::{self, RootSampler};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::KeyValue;
-use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
@@ -38,40 +40,11 @@ pub enum LogFormat {
 pub struct TraceSettings {
     /// `OTEL_SERVICE_NAME` (default `baton`).
     pub service_name: String,
-    /// `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`.
-    pub sampler: SamplerSetting,
-}
-
-/// The sampler named by `OTEL_TRACES_SAMPLER` (the specification's values).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum SamplerSetting {
-    /// `always_on`.
-    AlwaysOn,
-    /// `always_off`.
-    AlwaysOff,
-    /// `traceidratio`, with the ratio.
-    Ratio(f64),
-    /// `parentbased_always_on` (the default).
-    ParentAlwaysOn,
-    /// `parentbased_always_off`.
-    ParentAlwaysOff,
-    /// `parentbased_traceidratio`, with the ratio.
-    ParentRatio(f64),
-}
-
-impl SamplerSetting {
-    fn sampler(self) -> Sampler {
-        match self {
-            SamplerSetting::AlwaysOn => Sampler::AlwaysOn,
-            SamplerSetting::AlwaysOff => Sampler::AlwaysOff,
-            SamplerSetting::Ratio(ratio) => Sampler::TraceIdRatioBased(ratio),
-            SamplerSetting::ParentAlwaysOn => Sampler::ParentBased(Box::new(Sampler::AlwaysOn)),
-            SamplerSetting::ParentAlwaysOff => Sampler::ParentBased(Box::new(Sampler::AlwaysOff)),
-            SamplerSetting::ParentRatio(ratio) => {
-                Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(ratio)))
-            }
-        }
-    }
+    /// `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`, applied at the
+    /// roots of traces (see `baton_raft::trace_context::root_sampled`).
+    pub sampler: RootSampler,
+    /// The collector connection: trust roots, client certificate, timeout.
+    pub transport: ExportTransport,
 }
 
 /// Reads the trace settings from `var` (the process environment in
@@ -132,12 +105,12 @@ pub fn trace_settings(
         }
     };
     let sampler = match var("OTEL_TRACES_SAMPLER").as_deref() {
-        None | Some("parentbased_always_on") => SamplerSetting::ParentAlwaysOn,
-        Some("always_on") => SamplerSetting::AlwaysOn,
-        Some("always_off") => SamplerSetting::AlwaysOff,
-        Some("traceidratio") => SamplerSetting::Ratio(ratio()?),
-        Some("parentbased_always_off") => SamplerSetting::ParentAlwaysOff,
-        Some("parentbased_traceidratio") => SamplerSetting::ParentRatio(ratio()?),
+        None | Some("parentbased_always_on") => RootSampler::ParentAlwaysOn,
+        Some("always_on") => RootSampler::AlwaysOn,
+        Some("always_off") => RootSampler::AlwaysOff,
+        Some("traceidratio") => RootSampler::Ratio(ratio()?),
+        Some("parentbased_always_off") => RootSampler::ParentAlwaysOff,
+        Some("parentbased_traceidratio") => RootSampler::ParentRatio(ratio()?),
         Some(other) => {
             return Err(format!(
                 "OTEL_TRACES_SAMPLER={other} is not supported (always_on, always_off, \
@@ -149,6 +122,7 @@ pub fn trace_settings(
     Ok(Some(TraceSettings {
         service_name: var("OTEL_SERVICE_NAME").unwrap_or_else(|| "baton".to_owned()),
         sampler,
+        transport: ExportTransport::from_vars(var)?,
     }))
 }
 
@@ -200,6 +174,7 @@ pub fn init(
         }
         return Ok(Telemetry { provider: None });
     };
+    trace_context::set_root_sampler(traces.sampler);
     let provider = tracer_provider(&traces, instance, node_id)?;
     let tracer = provider.tracer("baton");
     opentelemetry::global::set_tracer_provider(provider.clone());
@@ -288,10 +263,15 @@ fn tracer_provider(
     instance: &str,
     node_id: Option<u64>,
 ) -> anyhow::Result<SdkTracerProvider> {
-    // The endpoint, headers and timeout come from the OTEL_EXPORTER_OTLP_*
-    // variables, read by the exporter itself (the specification's rules).
+    // The endpoint and headers come from the OTEL_EXPORTER_OTLP_* variables,
+    // read by the exporter itself (the specification's rules); the client
+    // that connects (roots, client certificate, timeout) is Baton's.
+    let client = traces
+        .transport
+        .client(system_bundle(|name| std::env::var(name).ok()).as_deref())?;
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
+        .with_http_client(client)
         .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
         .build()?;
     let mut attributes = vec![KeyValue::new("service.instance.id", instance.to_owned())];
@@ -307,7 +287,10 @@ fn tracer_provider(
         .build();
     Ok(SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
-        .with_sampler(traces.sampler.sampler())
+        // Baton decides at each trace's root, before a span exists, and
+        // creates spans only for sampled traces: every span that reaches the
+        // SDK is kept.
+        .with_sampler(Sampler::AlwaysOn)
         .with_resource(resource)
         .build())
 }
@@ -333,7 +316,8 @@ mod tests {
             on,
             Ok(Some(TraceSettings {
                 service_name: "baton".into(),
-                sampler: SamplerSetting::ParentAlwaysOn,
+                sampler: RootSampler::ParentAlwaysOn,
+                transport: ExportTransport::from_vars(|_| None).expect("the defaults"),
             }))
         );
         let traces_only = settings(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://h/v1/traces")]);
@@ -381,15 +365,15 @@ mod tests {
         };
         assert_eq!(
             sampler("parentbased_traceidratio", Some("0.01")),
-            Ok(Some(SamplerSetting::ParentRatio(0.01)))
+            Ok(Some(RootSampler::ParentRatio(0.01)))
         );
         assert_eq!(
             sampler("traceidratio", None),
-            Ok(Some(SamplerSetting::Ratio(1.0)))
+            Ok(Some(RootSampler::Ratio(1.0)))
         );
         assert_eq!(
             sampler("always_off", None),
-            Ok(Some(SamplerSetting::AlwaysOff))
+            Ok(Some(RootSampler::AlwaysOff))
         );
         assert!(sampler("traceidratio", Some("2")).is_err());
         assert!(sampler("jaeger_remote", None).is_err());

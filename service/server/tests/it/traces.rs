@@ -60,6 +60,15 @@ struct Receiver {
 
 impl Receiver {
     async fn start_on(port: u16) -> Receiver {
+        Receiver::start_with(port, None).await
+    }
+
+    /// A receiver on `https://127.0.0.1` with the certificate of `tls`.
+    async fn start_tls(tls: rustls::ServerConfig) -> Receiver {
+        Receiver::start_with(free_port(), Some(tls)).await
+    }
+
+    async fn start_with(port: u16, tls: Option<rustls::ServerConfig>) -> Receiver {
         let spans: Arc<Mutex<Vec<Got>>> = Arc::default();
         let requests: Arc<Mutex<usize>> = Arc::default();
         let (kept, counted) = (spans.clone(), requests.clone());
@@ -106,14 +115,18 @@ impl Receiver {
             )
         })
         .workers(1)
-        .disable_signals()
-        .bind(("127.0.0.1", port))
+        .disable_signals();
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let server = match tls {
+            None => server.bind(("127.0.0.1", port)),
+            Some(tls) => server.bind_rustls_0_23(("127.0.0.1", port), tls),
+        }
         .unwrap_or_else(|error| panic!("the OTLP receiver cannot bind 127.0.0.1:{port}: {error}"))
         .run();
         let handle = server.handle();
         tokio::spawn(server);
         Receiver {
-            url: format!("http://127.0.0.1:{port}"),
+            url: format!("{scheme}://127.0.0.1:{port}"),
             spans,
             requests,
             handle,
@@ -154,6 +167,11 @@ impl Receiver {
 
 /// A fresh W3C trace context from "the client": (trace id, span id, header).
 fn client_context() -> (String, String, String) {
+    client_context_flagged("01")
+}
+
+/// A fresh W3C trace context with trace flags `flags` (`01` sampled, `00` not).
+fn client_context_flagged(flags: &str) -> (String, String, String) {
     use std::hash::{BuildHasher, Hasher};
     let random = || {
         let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
@@ -162,7 +180,7 @@ fn client_context() -> (String, String, String) {
     };
     let trace_id = format!("{:016x}{:016x}", random(), random());
     let span_id = format!("{:016x}", random());
-    let header = format!("00-{trace_id}-{span_id}-01");
+    let header = format!("00-{trace_id}-{span_id}-{flags}");
     (trace_id, span_id, header)
 }
 
@@ -306,9 +324,14 @@ async fn single_node(
 
 /// Sends a traced acquire and a traced read to `api`.
 async fn traced_requests(api: &str, traceparent: &str) {
+    traced_requests_on(api, traceparent, "quiet").await;
+}
+
+/// Sends a traced acquire and a traced read of lock `name` to `api`.
+async fn traced_requests_on(api: &str, traceparent: &str, name: &str) {
     let client = reqwest::Client::new();
     let acquired = client
-        .post(format!("{api}/v1/locks/quiet:acquire"))
+        .post(format!("{api}/v1/locks/{name}:acquire"))
         .header("traceparent", traceparent)
         .json(&json!({}))
         .send()
@@ -316,7 +339,7 @@ async fn traced_requests(api: &str, traceparent: &str) {
         .unwrap();
     assert_eq!(acquired.status(), 200);
     let read = client
-        .get(format!("{api}/v1/locks/quiet"))
+        .get(format!("{api}/v1/locks/{name}"))
         .header("traceparent", traceparent)
         .send()
         .await
@@ -493,4 +516,133 @@ async fn the_proxy_carries_the_trace_to_the_node() {
     assert_eq!(request.parent, forward.span_id);
     assert!(stop(&mut proxy).await.success());
     receiver.handle.stop(false).await;
+}
+
+/// Sampling is decided at the root, before a span exists: with
+/// `parentbased_traceidratio` at 0, a caller's sampled trace is still traced
+/// in full, a caller's unsampled trace and traces that start at the node are
+/// not (nothing of them is exported), and a JSON log line of the unsampled
+/// request still carries the caller's trace id.
+#[tokio::test]
+async fn the_root_decides_sampling_and_unsampled_requests_export_nothing() {
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stdout.log");
+    let stdout = Stdio::from(std::fs::File::create(&log).unwrap());
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url.as_str()),
+        ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+        ("OTEL_TRACES_SAMPLER_ARG", "0"),
+        ("BATON_LOG", "warn,baton::request=debug"),
+        FAST_EXPORT,
+    ];
+    let (mut node, api) = single_node(
+        &dir.path().join("data"),
+        &env,
+        &["--log-format", "json"],
+        stdout,
+    )
+    .await;
+    let (sampled_id, _, sampled) = client_context_flagged("01");
+    let (unsampled_id, _, unsampled) = client_context_flagged("00");
+    traced_requests_on(&api, &sampled, "sampled").await;
+    traced_requests_on(&api, &unsampled, "unsampled").await;
+    let client = reqwest::Client::new();
+    for i in 0..20 {
+        let response = client
+            .post(format!("{api}/v1/locks/rooted-{i}:acquire"))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    assert!(stop(&mut node).await.success());
+
+    let spans = receiver.spans.lock().unwrap().clone();
+    let sampled_spans: Vec<&Got> = spans.iter().filter(|s| s.trace_id == sampled_id).collect();
+    for name in ["acquire_lock", "get_lock", "proposal", "linearizable_read"] {
+        assert!(
+            sampled_spans.iter().any(|s| s.name == name),
+            "no {name} span of the sampled trace in {spans:#?}"
+        );
+    }
+    let others: Vec<&Got> = spans.iter().filter(|s| s.trace_id != sampled_id).collect();
+    assert!(others.is_empty(), "unsampled requests exported {others:#?}");
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    let answered_in = |trace_id: &str| {
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|line| line["fields"]["message"] == "answered")
+            .filter(|line| line["trace_id"] == trace_id)
+            .count()
+    };
+    assert_eq!(answered_in(&unsampled_id), 2, "{text}");
+    assert_eq!(answered_in(&sampled_id), 2, "{text}");
+    receiver.handle.stop(false).await;
+}
+
+/// An `https://` collector whose certificate is signed by the CA that
+/// `OTEL_EXPORTER_OTLP_CERTIFICATE` names gets the spans; without that
+/// variable the same node cannot verify it and exports nothing.
+#[tokio::test]
+async fn spans_reach_an_https_collector_trusted_through_otel_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = harness::write_certs(dir.path());
+    let tls = baton_raft::Tls::load(baton_raft::TlsFiles {
+        cert: certs.join("node.crt"),
+        key: certs.join("node.key"),
+        client_ca: None,
+        peer_ca: None,
+    })
+    .unwrap();
+    let receiver = Receiver::start_tls(tls.api_server_config().unwrap()).await;
+    assert!(receiver.url.starts_with("https://"));
+    let ca = certs.join("ca.crt");
+    let ca = ca.to_str().unwrap();
+
+    let (trusted_id, _, traceparent) = client_context();
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url.as_str()),
+        ("OTEL_EXPORTER_OTLP_CERTIFICATE", ca),
+        FAST_EXPORT,
+    ];
+    let (mut node, api) = single_node(&dir.path().join("trusted"), &env, &[], Stdio::null()).await;
+    traced_requests(&api, &traceparent).await;
+    assert!(stop(&mut node).await.success());
+    let spans = receiver.spans_of(&trusted_id);
+    assert!(spans.iter().any(|s| s.name == "acquire_lock"), "{spans:#?}");
+
+    // The control: no trust root for the dev CA, so the handshake fails.
+    let (untrusted_id, _, traceparent) = client_context();
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url.as_str()),
+        FAST_EXPORT,
+    ];
+    let (mut node, api) =
+        single_node(&dir.path().join("untrusted"), &env, &[], Stdio::null()).await;
+    traced_requests(&api, &traceparent).await;
+    assert!(stop(&mut node).await.success());
+    assert!(receiver.spans_of(&untrusted_id).is_empty());
+    receiver.handle.stop(false).await;
+}
+
+/// A certificate file that cannot be read fails the start, naming the file.
+#[tokio::test]
+async fn an_unreadable_otlp_certificate_fails_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-ca.crt");
+    let output = Command::new(baton_bin())
+        .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--raft-listen", &format!("127.0.0.1:{}", free_port())])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "https://127.0.0.1:4318")
+        .env("OTEL_EXPORTER_OTLP_CERTIFICATE", &missing)
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "started without its CA file");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no-such-ca.crt"), "{stderr}");
 }
