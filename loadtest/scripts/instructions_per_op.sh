@@ -9,7 +9,8 @@
 # totals over LONG - SHORT cycles is the per-cycle count, so start-up and
 # shutdown cancel out. The builds run side by side (callgrind counts are not
 # disturbed by load). BATON_LOADTEST overrides the load-test binary (default: the
-# one next to the first Baton binary).
+# one next to the first Baton binary). KEEP=DIR keeps each run's callgrind.out
+# there (DIR/NAME-OPS/callgrind.out), for `callgrind_annotate` per function.
 set -euo pipefail
 
 short=${SHORT:-500} long=${LONG:-3000}
@@ -20,8 +21,13 @@ fi
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 2; }
 first_bin=${1#*=}
 loadtest=${BATON_LOADTEST:-$(dirname "$first_bin")/baton-loadtest}
-work=$(mktemp -d /tmp/baton-instructions-XXXX)
-trap 'rm -rf "$work"' EXIT
+if [[ -n ${KEEP:-} ]]; then
+  work=$KEEP
+  mkdir -p "$work"
+else
+  work=$(mktemp -d /tmp/baton-instructions-XXXX)
+  trap 'rm -rf "$work"' EXIT
+fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

@@ -61,20 +61,43 @@ pub(crate) fn operation_id(method: &Method, pattern: &str) -> Option<&'static st
 /// The operation a routed request was matched to, put in its extensions by the
 /// route's own resource (`routes.rs`) before the handler runs.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Operation(pub(crate) &'static str);
+pub(crate) struct Operation {
+    /// The OpenAPI operation id.
+    pub(crate) id: &'static str,
+    /// Its place in [`operation_slots`]: where its metrics are, found without
+    /// comparing strings on the hot path.
+    pub(crate) slot: usize,
+}
 
-/// The OpenAPI operation id of a routed request (`acquire_lock`), or
-/// [`UNROUTED`] when no route matched (or before routing).
+impl Operation {
+    /// The operation `id` (an operation id of the route table, or [`UNROUTED`]).
+    pub(crate) fn named(id: &'static str) -> Operation {
+        Operation {
+            id,
+            slot: slot_of(id),
+        }
+    }
+}
+
+/// The operation noted on a routed request, or [`UNROUTED`] when no route
+/// matched (or before routing).
 ///
 /// Read from the request's extensions, where the matched resource put it:
 /// `HttpRequest::match_pattern` and `match_name` both match the path against
 /// every pattern again (regex searches and a `String`), which the callgrind
 /// profile put at several thousand instructions a request.
-pub fn operation_of(request: &HttpRequest) -> &'static str {
+pub(crate) fn noted_operation(request: &HttpRequest) -> Operation {
     request
         .extensions()
         .get::<Operation>()
-        .map_or(UNROUTED, |operation| operation.0)
+        .copied()
+        .unwrap_or_else(|| Operation::named(UNROUTED))
+}
+
+/// The OpenAPI operation id of a routed request (`acquire_lock`), or
+/// [`UNROUTED`] (see [`noted_operation`]).
+pub fn operation_of(request: &HttpRequest) -> &'static str {
+    noted_operation(request).id
 }
 
 fn sorted_operations() -> &'static [&'static str] {
@@ -91,4 +114,25 @@ fn sorted_operations() -> &'static [&'static str] {
 /// series, so a scrape shows zeros rather than missing series).
 pub fn all_operations() -> Vec<&'static str> {
     sorted_operations().to_vec()
+}
+
+/// Every operation id and [`UNROUTED`], sorted: one slot each for
+/// per-operation metrics.
+pub(crate) fn operation_slots() -> &'static [&'static str] {
+    static SLOTS: OnceLock<Vec<&'static str>> = OnceLock::new();
+    SLOTS.get_or_init(|| {
+        let mut ids = all_operations();
+        ids.push(UNROUTED);
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    })
+}
+
+/// The slot of operation `id`; an id the router does not know shares
+/// [`UNROUTED`]'s.
+pub(crate) fn slot_of(id: &str) -> usize {
+    let slots = operation_slots();
+    let find = |wanted: &str| slots.binary_search_by(|probe| (*probe).cmp(wanted));
+    find(id).or_else(|_| find(UNROUTED)).unwrap_or(0)
 }

@@ -1,24 +1,23 @@
 //! Request-level metrics: every answer by OpenAPI operation, status and stable
 //! error code, latency by operation, refusals for overload or quota, and watch
-//! streams. Counted by one middleware ([`counted`], outermost, so refusals of the
-//! admission middleware count too) and by the watch handler.
+//! streams. Counted by the outermost middleware (`request_span::traced`, so
+//! refusals of the admission middleware count too) and by the watch handler.
 //!
-//! Labels are `&'static str`: the operation id from [`operation_of`] (never the
+//! Labels are `&'static str`: the operation id from `operation_of` (never the
 //! path, whose names would make every lock a series), the code from the error
-//! table. A request costs two clock reads, a binary search over the operation
-//! ids and a few relaxed atomic adds.
+//! table. A request costs two clock reads, an extension lookup (the operation
+//! and its metrics slot, noted by the matched route) and a few relaxed atomic
+//! adds.
 
-use std::future::Future;
 use std::time::Instant;
 
-use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use baton_core::CoreError;
 use baton_metrics::{Counter, Exposition, Family, Histogram, REQUEST_SECONDS};
 use baton_raft::{RaftLayerError, StreamEnd, WatchError};
 
 use crate::error::ApiError;
-use crate::operation::{all_operations, operation_of, UNROUTED};
+use crate::operation::{noted_operation, operation_slots};
 
 /// The `code` of an answer below 400.
 const OK: &str = "ok";
@@ -50,8 +49,8 @@ struct OperationMetrics {
 
 /// The request metrics of one node's API (shared by every worker).
 pub struct RequestMetrics {
-    /// Operation ids, sorted (binary search), [`UNROUTED`] among them.
-    operations: Vec<&'static str>,
+    /// Operation ids, sorted, `unrouted` among them (`operation_slots`).
+    operations: &'static [&'static str],
     /// Per operation, in the order of `operations`.
     per_operation: Vec<OperationMetrics>,
     refused: [Counter; 4],
@@ -71,10 +70,7 @@ impl Default for RequestMetrics {
     /// Every operation of the route table, so a scrape shows each one's latency
     /// series from the start.
     fn default() -> Self {
-        let mut operations = all_operations();
-        operations.push(UNROUTED);
-        operations.sort_unstable();
-        operations.dedup();
+        let operations = operation_slots();
         let per_operation = operations
             .iter()
             .map(|_| OperationMetrics {
@@ -104,19 +100,16 @@ fn refusal(error: &ApiError) -> Option<usize> {
 }
 
 impl RequestMetrics {
+    #[cfg(test)]
     fn operation(&self, id: &str) -> &OperationMetrics {
-        let find = |wanted: &str| {
-            self.operations
-                .binary_search_by(|probe| (*probe).cmp(wanted))
-        };
-        let index = find(id).or_else(|_| find(UNROUTED)).unwrap_or(0);
-        &self.per_operation[index]
+        &self.per_operation[crate::operation::slot_of(id)]
     }
 
-    /// Counts one answer of the request `timing` was started for.
-    fn answered<B>(&self, timing: Timing, response: &ServiceResponse<B>) {
+    /// Counts one answer of the request `timing` was started for (called by
+    /// the request middleware, `request_span::traced`, once it is answered).
+    pub fn answered<B>(&self, timing: Timing, response: &ServiceResponse<B>) {
         let Timing { started } = timing;
-        let operation = operation_of(response.request());
+        let operation = noted_operation(response.request());
         let status = response.status();
         let error = response
             .response()
@@ -130,7 +123,7 @@ impl RequestMetrics {
         if let Some(reason) = error.and_then(refusal) {
             self.refused[reason].inc();
         }
-        let metrics = self.operation(operation);
+        let metrics = &self.per_operation[operation.slot];
         metrics.latency.observe_duration(started.elapsed());
         metrics.answers.get((status.as_u16(), code)).inc();
     }
@@ -238,21 +231,10 @@ impl Timing {
     }
 }
 
-/// The middleware body: awaits the rest of the chain (`call`) and counts its
-/// answer. Used with `wrap_fn` as the outermost layer.
-pub async fn counted<B: MessageBody>(
-    metrics: std::sync::Arc<RequestMetrics>,
-    timing: Timing,
-    call: impl Future<Output = Result<ServiceResponse<B>, actix_web::Error>>,
-) -> Result<ServiceResponse<B>, actix_web::Error> {
-    let response = call.await?;
-    metrics.answered(timing, &response);
-    Ok(response)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::operation::UNROUTED;
 
     #[test]
     fn an_unknown_operation_counts_as_unrouted() {

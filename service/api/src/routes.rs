@@ -122,13 +122,13 @@ impl RouteEntry {
         let pattern = format!("{}{}", self.scope, self.pattern);
         let resource =
             web::resource(self.pattern).guard(actix_web::guard::Method(self.method.clone()));
-        let id = crate::operation::operation_id(&self.method, &pattern)
-            .unwrap_or(crate::operation::UNROUTED);
+        let operation = crate::operation::Operation::named(
+            crate::operation::operation_id(&self.method, &pattern)
+                .unwrap_or(crate::operation::UNROUTED),
+        );
         resource
             .wrap_fn(move |request, service| {
-                request
-                    .extensions_mut()
-                    .insert(crate::operation::Operation(id));
+                request.extensions_mut().insert(operation);
                 service.call(request)
             })
             .route((self.handler)())
@@ -278,17 +278,16 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                             }
                         }
                     })
-                    // Outside admission: its refusals (401, 403, 429) count too.
+                    // Outermost of all, one layer for both: the request's
+                    // trace span and its metrics (issue 14); admission's
+                    // refusals (401, 403, 429) are traced and counted too.
                     .wrap_fn(move |request, service| {
                         let timing = crate::request_metrics::Timing::start(&request);
-                        crate::request_metrics::counted(
-                            metrics.clone(),
-                            timing,
-                            service.call(request),
-                        )
+                        let metrics = metrics.clone();
+                        crate::request_span::traced(request, service, move |response| {
+                            metrics.answered(timing, response);
+                        })
                     })
-                    // Outermost of all: the request's trace span (issue 14).
-                    .wrap_fn(crate::request_span::traced)
                     .configure(register_routes)
                     .default_service(web::to(no_route)),
             );

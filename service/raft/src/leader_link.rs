@@ -49,14 +49,13 @@ impl LeaderLink {
         call: &LeaderCall,
         timeout: Duration,
     ) -> Result<LeaderResult, LinkError> {
-        use tracing::Instrument;
         let span = crate::child_span!(
             "leader_call",
             otel.kind = "client",
             raft.call = crate::trace_context::call_name(call),
             raft.leader = base
         );
-        self.call_once(base, call, timeout).instrument(span).await
+        crate::trace_context::in_span(span, self.call_once(base, call, timeout)).await
     }
 
     async fn call_once(

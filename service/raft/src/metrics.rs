@@ -12,6 +12,7 @@
 //!   calls to the leader, appends): the sum over the nodes is the cluster's.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,33 @@ use crate::waiting::QueueKind;
 /// this many held at once, newer grants go unmeasured (the memory stays
 /// bounded when a million locks are held).
 const HOLDS_TRACKED: usize = 100_000;
+
+/// Hashes the hold-time map's keys, fencing tokens, with one multiply (the
+/// FxHash step): std's SipHash cost ~100 instructions per grant and per end.
+/// Tokens are assigned by the state machine, so no caller can choose keys
+/// that collide. Hand-written rather than `rustc-hash`: that crate, also a
+/// build dependency of bindgen, made cargo rebuild RocksDB's C++ when added.
+#[derive(Default, Clone, Copy)]
+struct TokenHasher(u64);
+
+impl Hasher for TokenHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.write_u64(u64::from(*byte));
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0.rotate_left(5) ^ value).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Token -> leader-stamped grant time.
+type TokenMap = HashMap<u64, u64, BuildHasherDefault<TokenHasher>>;
 
 /// What can be held: the `kind` label of grants, releases and hold times.
 const HELD_KINDS: [&str; 4] = ["lock", "semaphore", "election", "name"];
@@ -145,7 +173,7 @@ pub struct NodeMetrics {
     releases: [[Counter; 4]; 4],
     hold_seconds: [Histogram; 4],
     /// Token -> leader-stamped time of its grant, for holdings not ended yet.
-    holds: Mutex<HashMap<u64, u64>>,
+    holds: Mutex<TokenMap>,
     leases_created: Counter,
     lease_expiries: Counter,
     lease_revocations: Counter,
@@ -169,7 +197,7 @@ impl NodeMetrics {
             grants: Default::default(),
             releases: Default::default(),
             hold_seconds: std::array::from_fn(|_| Histogram::new(HOLD_SECONDS)),
-            holds: Mutex::new(HashMap::new()),
+            holds: Mutex::new(TokenMap::default()),
             leases_created: Counter::new(),
             lease_expiries: Counter::new(),
             lease_revocations: Counter::new(),

@@ -104,11 +104,8 @@ async fn snapshot(node: web::Data<Node>, body: web::Bytes) -> HttpResponse {
 }
 
 async fn leader(node: web::Data<Node>, http: HttpRequest, body: web::Bytes) -> HttpResponse {
-    use tracing::Instrument;
     let span = crate::trace_context::serving_leader_call(http.headers());
-    handle(&body, |call: LeaderCall| node.answer(call))
-        .instrument(span)
-        .await
+    crate::trace_context::in_span(span, handle(&body, |call: LeaderCall| node.answer(call))).await
 }
 
 async fn status(node: web::Data<Node>) -> HttpResponse {

@@ -19,7 +19,6 @@ use baton_store::TypeConfig;
 use openraft::error::ClientWriteError;
 use openraft::Raft;
 use tokio::sync::{mpsc, oneshot, Semaphore};
-use tracing::Instrument;
 
 use crate::error::RaftLayerError;
 use crate::metrics::ProposerMetrics;
@@ -313,7 +312,7 @@ async fn run(sink: impl LogSink, mut rx: mpsc::Receiver<Pending>, settings: Batc
             limits: settings.limits,
             requests,
         };
-        match sink.submit(batch).instrument(span.clone()).await {
+        match crate::trace_context::in_span(span.clone(), sink.submit(batch)).await {
             Ok(applied) => {
                 let answer_timeout = settings.answer_timeout;
                 let task = async move {
@@ -327,7 +326,7 @@ async fn run(sink: impl LogSink, mut rx: mpsc::Receiver<Pending>, settings: Batc
                     drop(permit);
                     deliver(replies, result);
                 };
-                tokio::spawn(task.instrument(span));
+                tokio::spawn(crate::trace_context::in_span(span, task));
             }
             Err(error) => {
                 drop(permit);

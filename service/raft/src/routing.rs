@@ -41,10 +41,8 @@ pub(crate) async fn propose(node: &Node, request: Request) -> Result<Outcome, Ra
 
 /// The body of [`Node::linearizable`].
 pub(crate) async fn linearizable(node: &Node) -> Result<(), RaftLayerError> {
-    use tracing::Instrument;
-    read_index_then_catch_up(node)
-        .instrument(crate::child_span!("linearizable_read"))
-        .await
+    let span = crate::child_span!("linearizable_read");
+    crate::trace_context::in_span(span, read_index_then_catch_up(node)).await
 }
 
 async fn read_index_then_catch_up(node: &Node) -> Result<(), RaftLayerError> {

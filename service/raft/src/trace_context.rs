@@ -128,6 +128,23 @@ pub fn root_sampled(parent: &Context) -> bool {
     sampler.samples_under(parent, rand::random())
 }
 
+/// `future` inside `span`, or `future` itself when the span is disabled
+/// (tracing off or the trace unsampled): a disabled span's `Instrumented`
+/// wrapper would still enter and leave it on every poll, for nothing. Not an
+/// `async fn`: that would move the (often large) future twice more.
+pub fn in_span<F: std::future::Future>(
+    span: tracing::Span,
+    future: F,
+) -> futures_util::future::Either<F, tracing::instrument::Instrumented<F>> {
+    use futures_util::future::Either;
+    use tracing::Instrument;
+    if span.is_disabled() {
+        Either::Left(future)
+    } else {
+        Either::Right(future.instrument(span))
+    }
+}
+
 /// A child span of the current span when the trace is sampled, otherwise a
 /// disabled span (no allocation, nothing recorded).
 #[macro_export]
