@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use actix_web::http::Method;
-use actix_web::{HttpMessage, HttpRequest};
+use actix_web::HttpRequest;
 use utoipa::OpenApi;
 
 use crate::openapi::ApiDoc;
@@ -58,8 +58,8 @@ pub(crate) fn operation_id(method: &Method, pattern: &str) -> Option<&'static st
         .copied()
 }
 
-/// The operation a routed request was matched to, put in its extensions by the
-/// route's own resource (`routes.rs`) before the handler runs.
+/// The operation a routed request was matched to: the data of the route's own
+/// resource (`routes.rs`), which actix adds to the request when it matches.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Operation {
     /// The OpenAPI operation id.
@@ -82,14 +82,13 @@ impl Operation {
 /// The operation noted on a routed request, or [`UNROUTED`] when no route
 /// matched (or before routing).
 ///
-/// Read from the request's extensions, where the matched resource put it:
+/// Read from the matched resource's data:
 /// `HttpRequest::match_pattern` and `match_name` both match the path against
 /// every pattern again (regex searches and a `String`), which the callgrind
 /// profile put at several thousand instructions a request.
 pub(crate) fn noted_operation(request: &HttpRequest) -> Operation {
     request
-        .extensions()
-        .get::<Operation>()
+        .app_data::<Operation>()
         .copied()
         .unwrap_or_else(|| Operation::named(UNROUTED))
 }

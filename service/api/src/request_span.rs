@@ -150,9 +150,9 @@ fn start(request: &HttpRequest) -> Root {
 /// and the resource name the router extracted (never a lease id: only the
 /// `name` segment is read).
 fn finish(span: &tracing::Span, response: &ServiceResponse) {
-    // Named once routed: the matched resource notes the operation in the
-    // request's extensions (`operation::operation_of`); the span started
-    // before routing, so the live span is renamed.
+    // Named once routed: the matched resource's data is its operation
+    // (`operation::operation_of`); the span started before routing, so the
+    // live span is renamed.
     let operation = operation_of(response.request());
     trace_context::context_of(span)
         .span()
