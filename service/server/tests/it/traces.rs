@@ -422,28 +422,16 @@ async fn an_unsupported_otlp_protocol_fails_the_start() {
 async fn json_log_lines_inside_a_request_carry_its_trace_id() {
     let receiver = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("stdout.log");
-    let stdout = Stdio::from(std::fs::File::create(&log).unwrap());
     let env = [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url.as_str()),
         // Every request logs one line when it is answered (at debug).
         ("BATON_LOG", "info,baton::request=debug"),
     ];
-    let (mut node, api) = single_node(
-        &dir.path().join("data"),
-        &env,
-        &["--log-format", "json"],
-        stdout,
-    )
-    .await;
+    let (mut node, api, log) = json_logging_node(dir.path(), &env).await;
     let (trace_id, _, traceparent) = client_context();
     traced_requests(&api, &traceparent).await;
     assert!(stop(&mut node).await.success());
-    let text = std::fs::read_to_string(&log).unwrap();
-    let lines: Vec<Value> = text
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
-        .collect();
+    let (text, lines) = json_lines(&log);
     let answered: Vec<&Value> = lines
         .iter()
         .filter(|line| line["fields"]["message"] == "answered")
@@ -463,6 +451,27 @@ async fn json_log_lines_inside_a_request_carry_its_trace_id() {
         .any(|line| line["fields"]["message"] == "baton is serving"
             && line.get("trace_id").is_none()));
     receiver.handle.stop(false).await;
+}
+
+/// A node under `dir` that logs JSON lines to a file: (process, API, log file).
+async fn json_logging_node(
+    dir: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (std::process::Child, String, std::path::PathBuf) {
+    let log = dir.join("stdout.log");
+    let stdout = Stdio::from(std::fs::File::create(&log).unwrap());
+    let (node, api) = single_node(&dir.join("data"), env, &["--log-format", "json"], stdout).await;
+    (node, api, log)
+}
+
+/// The log file's text and its lines, each parsed as JSON.
+fn json_lines(log: &std::path::Path) -> (String, Vec<Value>) {
+    let text = std::fs::read_to_string(log).unwrap();
+    let lines = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
+        .collect();
+    (text, lines)
 }
 
 /// `baton serve --proxy` forwards in a span of its own: a child of the
@@ -527,8 +536,6 @@ async fn the_proxy_carries_the_trace_to_the_node() {
 async fn the_root_decides_sampling_and_unsampled_requests_export_nothing() {
     let receiver = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("stdout.log");
-    let stdout = Stdio::from(std::fs::File::create(&log).unwrap());
     let env = [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url.as_str()),
         ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
@@ -536,13 +543,7 @@ async fn the_root_decides_sampling_and_unsampled_requests_export_nothing() {
         ("BATON_LOG", "warn,baton::request=debug"),
         FAST_EXPORT,
     ];
-    let (mut node, api) = single_node(
-        &dir.path().join("data"),
-        &env,
-        &["--log-format", "json"],
-        stdout,
-    )
-    .await;
+    let (mut node, api, log) = json_logging_node(dir.path(), &env).await;
     let (sampled_id, _, sampled) = client_context_flagged("01");
     let (unsampled_id, _, unsampled) = client_context_flagged("00");
     traced_requests_on(&api, &sampled, "sampled").await;
@@ -570,10 +571,10 @@ async fn the_root_decides_sampling_and_unsampled_requests_export_nothing() {
     let others: Vec<&Got> = spans.iter().filter(|s| s.trace_id != sampled_id).collect();
     assert!(others.is_empty(), "unsampled requests exported {others:#?}");
 
-    let text = std::fs::read_to_string(&log).unwrap();
+    let (text, lines) = json_lines(&log);
     let answered_in = |trace_id: &str| {
-        text.lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        lines
+            .iter()
             .filter(|line| line["fields"]["message"] == "answered")
             .filter(|line| line["trace_id"] == trace_id)
             .count()
