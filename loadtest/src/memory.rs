@@ -16,6 +16,7 @@ use clap::Args;
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use serde::Serialize;
 
+use crate::output::OutputArgs;
 use crate::process::{free_port, Server};
 use crate::target::{Lease, Target, TargetKind};
 
@@ -40,16 +41,9 @@ pub struct MemoryArgs {
     /// Longest wait for the restarted server to be ready with every lock back.
     #[arg(long, default_value_t = 300.0)]
     pub restart_timeout_s: f64,
-    /// Where the server keeps its data (a temporary directory is made inside).
-    #[arg(long)]
-    pub data_root: Option<PathBuf>,
-    /// Write the JSON result here (default: stdout).
-    #[arg(long)]
-    pub report: Option<PathBuf>,
-    /// Also write the result as a section of this Markdown file (replacing the
-    /// section of an earlier run; the rest of the file is kept).
-    #[arg(long)]
-    pub markdown: Option<PathBuf>,
+    /// Data root, JSON report and Markdown section.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// What `memory` measured.
@@ -91,26 +85,14 @@ pub struct MemoryReport {
 pub async fn memory(args: MemoryArgs) -> anyhow::Result<()> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let report = measure(&args).await?;
-    let json = serde_json::to_string_pretty(&report)?;
-    match &args.report {
-        Some(path) => std::fs::write(path, &json)?,
-        None => println!("{json}"),
-    }
-    if let Some(path) = &args.markdown {
-        let old = std::fs::read_to_string(path).unwrap_or_default();
-        let section = render(&report, &command);
-        std::fs::write(path, upsert_section(&old, SECTION, &section))?;
-        eprintln!("memory: wrote the section into {}", path.display());
-    }
+    args.output
+        .write(&report, SECTION, || render(&report, &command))?;
     Ok(())
 }
 
 /// The measurement itself (also used by `smoke` with a small N).
 pub async fn measure(args: &MemoryArgs) -> anyhow::Result<MemoryReport> {
-    let root = args.data_root.clone().unwrap_or_else(std::env::temp_dir);
-    let dir = tempfile::Builder::new()
-        .prefix("baton-memory-")
-        .tempdir_in(&root)?;
+    let dir = args.output.temp_dir("baton-memory-")?;
     let data = dir.path().join("baton-data");
     let log = dir.path().join("baton.log");
     let (port, raft_port) = (free_port()?, free_port()?);

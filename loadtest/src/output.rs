@@ -1,5 +1,5 @@
 //! Where a measuring subcommand keeps its servers' data and writes its result:
-//! the options and the writing shared by `scale` and `storm`.
+//! the options and the writing shared by `memory`, `scale` and `storm`.
 
 use std::path::PathBuf;
 

@@ -190,9 +190,11 @@ pub async fn smoke(args: SmokeArgs) -> anyhow::Result<()> {
         locks_per_lease: 500,
         ttl_ms: 3_600_000,
         restart_timeout_s: 60.0,
-        data_root: Some(dir.path().to_owned()),
-        report: None,
-        markdown: None,
+        output: crate::output::OutputArgs {
+            data_root: Some(dir.path().to_owned()),
+            report: None,
+            markdown: None,
+        },
     };
     match crate::memory::measure(&memory).await {
         Ok(r) if r.locks_held_after_restart == 2_000 && r.rss_after_bytes > 0 => {

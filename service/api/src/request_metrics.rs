@@ -1,13 +1,12 @@
 //! Request-level metrics: every answer by OpenAPI operation, status and stable
 //! error code, latency by operation, refusals for overload or quota, and watch
-//! streams. Counted by the outermost middleware (`request_span::traced`, so
+//! streams. Counted by the outermost middleware (`request_span::observed`, so
 //! refusals of the admission middleware count too) and by the watch handler.
 //!
 //! Labels are `&'static str`: the operation id from `operation_of` (never the
 //! path, whose names would make every lock a series), the code from the error
-//! table. A request costs two clock reads, an extension lookup (the operation
-//! and its metrics slot, noted by the matched route) and a few relaxed atomic
-//! adds.
+//! table. A request costs two clock reads, a look-up of the matched resource's
+//! data (the operation and its metrics slot) and a few relaxed atomic adds.
 
 use std::time::Instant;
 
@@ -106,7 +105,7 @@ impl RequestMetrics {
     }
 
     /// Counts one answer of the request `timing` was started for (called by
-    /// the request middleware, `request_span::traced`, once it is answered).
+    /// the request middleware, `request_span::observed`, once it is answered).
     pub fn answered<B>(&self, timing: Timing, response: &ServiceResponse<B>) {
         let Timing { started } = timing;
         let operation = noted_operation(response.request());

@@ -34,7 +34,7 @@ use crate::respond::{REVISION_HEADER, TOKEN_HEADER};
 /// answer (inside the span when traced): the request metrics ride in this
 /// layer rather than a second one of their own, which cost a service call,
 /// a future and its moves per request.
-pub fn traced<S>(
+pub fn observed<S>(
     request: ServiceRequest,
     service: &S,
     counted: impl FnOnce(&ServiceResponse) + 'static,

@@ -283,7 +283,7 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                     .wrap_fn(move |request, service| {
                         let timing = crate::request_metrics::Timing::start(&request);
                         let metrics = metrics.clone();
-                        crate::request_span::traced(request, service, move |response| {
+                        crate::request_span::observed(request, service, move |response| {
                             metrics.answered(timing, response);
                         })
                     })

@@ -63,18 +63,19 @@ pub enum RootSampler {
 impl RootSampler {
     /// [`RootSampler::samples`] under an OpenTelemetry context: an empty one
     /// (no `traceparent`, or an invalid one) is no caller context.
-    pub fn samples_under(self, parent: &Context, draw: u64) -> bool {
+    pub fn samples_under(self, parent: &Context, draw: impl FnOnce() -> u64) -> bool {
         let span = parent.span();
         let context = span.span_context();
         self.samples(context.is_valid().then_some(context), draw)
     }
 
     /// Whether a root with caller context `parent` (when the caller sent a
-    /// valid one) is sampled; `draw` is a random number, standing in for the
-    /// trace id of a trace that starts here.
-    pub fn samples(self, parent: Option<&SpanContext>, draw: u64) -> bool {
+    /// valid one) is sampled; `draw` gives a random number, standing in for
+    /// the trace id of a trace that starts here (asked for only by a ratio
+    /// sampler with no caller context).
+    pub fn samples(self, parent: Option<&SpanContext>, draw: impl FnOnce() -> u64) -> bool {
         let by_ratio = |ratio: f64| {
-            let id = parent.map_or(draw, |parent| {
+            let id = parent.map_or_else(draw, |parent| {
                 let bytes = parent.trace_id().to_bytes();
                 u64::from_be_bytes(bytes[8..].try_into().unwrap_or_default())
             });
@@ -125,7 +126,7 @@ pub fn root_sampled(parent: &Context) -> bool {
         .get()
         .copied()
         .unwrap_or(RootSampler::ParentAlwaysOn);
-    sampler.samples_under(parent, rand::random())
+    sampler.samples_under(parent, rand::random::<u64>)
 }
 
 /// `future` inside `span`, or `future` itself when the span is disabled
@@ -416,37 +417,37 @@ mod tests {
             RootSampler::ParentRatio(0.0),
             RootSampler::ParentRatio(1.0),
         ] {
-            assert!(sampler.samples(Some(&on), 0), "{sampler:?}");
-            assert!(!sampler.samples(Some(&off), 0), "{sampler:?}");
+            assert!(sampler.samples(Some(&on), || 0), "{sampler:?}");
+            assert!(!sampler.samples(Some(&off), || 0), "{sampler:?}");
         }
-        assert!(RootSampler::ParentAlwaysOn.samples(None, u64::MAX));
-        assert!(!RootSampler::ParentAlwaysOff.samples(None, 0));
+        assert!(RootSampler::ParentAlwaysOn.samples(None, || u64::MAX));
+        assert!(!RootSampler::ParentAlwaysOff.samples(None, || 0));
     }
 
     #[test]
     fn plain_samplers_ignore_the_callers_decision() {
         let (on, off) = (caller(u64::MAX, true), caller(0, false));
-        assert!(RootSampler::AlwaysOn.samples(Some(&off), u64::MAX));
-        assert!(!RootSampler::AlwaysOff.samples(Some(&on), 0));
+        assert!(RootSampler::AlwaysOn.samples(Some(&off), || u64::MAX));
+        assert!(!RootSampler::AlwaysOff.samples(Some(&on), || 0));
         // The ratio reads the caller's trace id, not its flag.
-        assert!(RootSampler::Ratio(0.5).samples(Some(&off), u64::MAX));
-        assert!(!RootSampler::Ratio(0.5).samples(Some(&on), 0));
+        assert!(RootSampler::Ratio(0.5).samples(Some(&off), || u64::MAX));
+        assert!(!RootSampler::Ratio(0.5).samples(Some(&on), || 0));
     }
 
     #[test]
     fn the_ratio_admits_its_share_of_trace_ids_and_of_draws() {
         // The rule: (id >> 1) < ratio * 2^63.
         let half = 1u64 << 63;
-        assert!(RootSampler::Ratio(0.5).samples(Some(&caller(half - 1, false)), 0));
-        assert!(!RootSampler::Ratio(0.5).samples(Some(&caller(half, false)), 0));
-        assert!(RootSampler::ParentRatio(0.5).samples(None, half - 1));
-        assert!(!RootSampler::ParentRatio(0.5).samples(None, half));
-        assert!(!RootSampler::ParentRatio(0.0).samples(None, 0));
-        assert!(RootSampler::ParentRatio(1.0).samples(None, u64::MAX));
+        assert!(RootSampler::Ratio(0.5).samples(Some(&caller(half - 1, false)), || 0));
+        assert!(!RootSampler::Ratio(0.5).samples(Some(&caller(half, false)), || 0));
+        assert!(RootSampler::ParentRatio(0.5).samples(None, || half - 1));
+        assert!(!RootSampler::ParentRatio(0.5).samples(None, || half));
+        assert!(!RootSampler::ParentRatio(0.0).samples(None, || 0));
+        assert!(RootSampler::ParentRatio(1.0).samples(None, || u64::MAX));
         // Over evenly spread draws, 1 % of them.
         let step = u64::MAX / 10_000 + 1;
         let admitted = (0..10_000u64)
-            .filter(|i| RootSampler::ParentRatio(0.01).samples(None, i * step))
+            .filter(|i| RootSampler::ParentRatio(0.01).samples(None, || i * step))
             .count();
         assert_eq!(admitted, 100);
     }
@@ -456,9 +457,9 @@ mod tests {
         // No traceparent: the root decides alone (ratio 0 samples nothing
         // even though an empty context is "not sampled").
         let empty = Context::new();
-        assert!(!RootSampler::ParentRatio(0.0).samples_under(&empty, 0));
-        assert!(RootSampler::ParentAlwaysOn.samples_under(&empty, u64::MAX));
+        assert!(!RootSampler::ParentRatio(0.0).samples_under(&empty, || 0));
+        assert!(RootSampler::ParentAlwaysOn.samples_under(&empty, || u64::MAX));
         let unsampled = Context::new().with_remote_span_context(caller(0, false));
-        assert!(!RootSampler::ParentAlwaysOn.samples_under(&unsampled, u64::MAX));
+        assert!(!RootSampler::ParentAlwaysOn.samples_under(&unsampled, || u64::MAX));
     }
 }

@@ -9,7 +9,6 @@
 //! cached callsite check. With an endpoint, the OpenTelemetry layer takes only
 //! that target (not the libraries' own spans and events).
 
-use crate::otlp_transport::{system_bundle, ExportTransport};
 use baton_raft::trace_context::{self, RootSampler};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::KeyValue;
@@ -24,6 +23,8 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
+
+use crate::otlp_transport::{system_bundle, ExportTransport};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
