@@ -1,7 +1,6 @@
 //! An admin's force-release: ends another holder's holding of a lock, an
 //! election's leadership or a registered name, without its lease id.
 
-use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -13,7 +12,7 @@ use crate::name::validate_name;
 use crate::outcome::{EndReason, Event};
 use crate::queueing::SlotKind;
 use crate::reply::{ForceReleased, Reply};
-use crate::slot::Slot;
+use crate::slot::Slots;
 
 /// What a force-release ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,7 +40,7 @@ impl StateMachine {
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
         validate_name(name)?;
-        let holders = |slots: &BTreeMap<String, Box<Slot>>| -> Vec<(LeaseId, u64, String)> {
+        let holders = |slots: &Slots| -> Vec<(LeaseId, u64, String)> {
             slots.get(name).map_or_else(Vec::new, |slot| {
                 slot.holders
                     .iter()

@@ -1,6 +1,6 @@
 //! Remembered answers for retried mutations.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -21,10 +21,13 @@ pub(crate) struct Record {
 /// (principal, key) -> first answer, forgotten after [`IDEMPOTENCY_RETENTION_MS`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct IdempotencyTable {
-    records: HashMap<(String, String), Record>,
+    /// Persistent, like the rest of the state: a snapshot's copy shares it.
+    #[serde(deserialize_with = "crate::persistent::hash_map")]
+    records: imbl::HashMap<(String, String), Record>,
     /// Keys in the order they were recorded, with their recording time. Times are
     /// non-decreasing because the state machine's clock never goes back.
-    by_age: VecDeque<(u64, String, String)>,
+    #[serde(deserialize_with = "crate::persistent::vector")]
+    by_age: imbl::Vector<(u64, String, String)>,
     /// Records per principal (derived: not in snapshots, rebuilt on restore).
     #[serde(skip)]
     per_principal: HashMap<String, usize>,

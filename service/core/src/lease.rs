@@ -1,14 +1,19 @@
 //! A lease and what hangs on it.
 
-use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{LeaseId, LeaseIdHasher, WaiterId};
 
-/// Live leases by id.
-pub(crate) type Leases = HashMap<LeaseId, Lease, BuildHasherDefault<LeaseIdHasher>>;
+/// Live leases by id. A persistent map, like the slots: a snapshot's copy of the
+/// state shares it.
+pub(crate) type Leases = imbl::GenericHashMap<
+    LeaseId,
+    Lease,
+    BuildHasherDefault<LeaseIdHasher>,
+    imbl::shared_ptr::DefaultSharedPtr,
+>;
 
 /// Something attached to a lease, released when the lease goes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -71,6 +71,7 @@ mod machine;
 mod name;
 mod names;
 mod outcome;
+mod persistent;
 mod queueing;
 mod quota;
 mod reply;

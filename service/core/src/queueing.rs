@@ -15,7 +15,6 @@
 //! of a multi-acquire (one request queued on several locks at once) are granted
 //! by `groups`, which this module asks whenever such a place may hold.
 
-use std::collections::BTreeMap;
 
 use crate::command::LeaseRef;
 use crate::error::CoreError;
@@ -25,7 +24,7 @@ use crate::limits::Limits;
 use crate::machine::StateMachine;
 use crate::outcome::{EndReason, Event, EventKind, Grant};
 use crate::reply::{PermitGrant, Reply};
-use crate::slot::{Holding, LockMode, Slot, Waiting};
+use crate::slot::{Holding, LockMode, Slot, Slots, Waiting};
 
 /// Which kind of slot a claim is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -148,7 +147,7 @@ pub(crate) struct Taker<'a> {
 }
 
 impl SlotKind {
-    pub(crate) fn slots(self, sm: &StateMachine) -> &BTreeMap<String, Box<Slot>> {
+    pub(crate) fn slots(self, sm: &StateMachine) -> &Slots {
         match self {
             SlotKind::Lock => &sm.locks,
             SlotKind::Election => &sm.elections,
@@ -160,7 +159,7 @@ impl SlotKind {
     pub(crate) fn slots_mut(
         self,
         sm: &mut StateMachine,
-    ) -> (&mut BTreeMap<String, Box<Slot>>, &Leases) {
+    ) -> (&mut Slots, &Leases) {
         match self {
             SlotKind::Lock => (&mut sm.locks, &sm.leases),
             SlotKind::Election => (&mut sm.elections, &sm.leases),

@@ -12,13 +12,14 @@ use crate::idempotency::IdempotencyTable;
 use crate::ids::{LeaseId, WaiterId};
 use crate::lease::Leases;
 use crate::machine::{NameEntry, StateMachine};
-use crate::slot::{Holding, LockMode, Slot, Waiting};
+use crate::slot::{Holding, LockMode, Slot, Slots, Waiting};
 
 /// The state as format 3 wrote it (formats 1 and 2 lack trailing fields).
 #[derive(Deserialize)]
 pub(crate) struct StateV3 {
     revision: u64,
     clock_ms: u64,
+    #[serde(deserialize_with = "crate::persistent::hash_map")]
     leases: Leases,
     locks: BTreeMap<String, Box<SlotV3>>,
     elections: BTreeMap<String, Box<SlotV3>>,
@@ -98,7 +99,7 @@ impl SlotV3 {
 impl StateV3 {
     /// Today's state holding exactly what the old one held.
     pub(crate) fn upgrade(self) -> StateMachine {
-        let slots = |old: BTreeMap<String, Box<SlotV3>>| {
+        let slots = |old: BTreeMap<String, Box<SlotV3>>| -> Slots {
             old.into_iter()
                 .map(|(name, slot)| (name, slot.upgrade()))
                 .collect()
@@ -109,11 +110,11 @@ impl StateV3 {
             leases: self.leases,
             locks: slots(self.locks),
             elections: slots(self.elections),
-            names: self.names,
-            delayed: self.delayed,
+            names: self.names.into_iter().collect(),
+            delayed: self.delayed.into_iter().collect(),
             idempotency: self.idempotency,
             cluster_id: self.cluster_id,
-            lease_owners: self.lease_owners,
+            lease_owners: self.lease_owners.into_iter().collect(),
             ..StateMachine::default()
         }
     }

@@ -198,7 +198,7 @@ fn semaphore_view(name: &str, slot: &Slot, leases: &Leases) -> SemaphoreView {
 
 /// Keys of `map` starting with `prefix`, strictly after `after`, at most `limit`.
 fn page<'a, V>(
-    map: &'a std::collections::BTreeMap<String, V>,
+    map: &'a imbl::OrdMap<String, V>,
     prefix: &'a str,
     after: Option<&'a str>,
     limit: usize,
@@ -395,7 +395,7 @@ impl StateMachine {
     /// The earliest leader-stamped time at which a [`crate::Command::Tick`] would
     /// change something (a lock delay ending), if any.
     pub fn next_timer_ms(&self) -> Option<u64> {
-        self.delayed.first().map(|(until, _)| *until)
+        self.delayed.get_min().map(|(until, _)| *until)
     }
 
     /// How many idempotency records are retained.
