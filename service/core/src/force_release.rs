@@ -1,7 +1,6 @@
 //! An admin's force-release: ends another holder's holding of a lock, an
 //! election's leadership or a registered name, without its lease id.
 
-
 use serde::{Deserialize, Serialize};
 
 use crate::error::CoreError;

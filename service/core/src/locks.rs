@@ -130,7 +130,11 @@ impl StateMachine {
     /// Settles every lock whose delay has passed (every apply starts with this).
     pub(crate) fn settle_due_delays(&mut self, events: &mut Vec<Event>) {
         let clock = self.clock_ms;
-        if self.delayed.get_min().is_none_or(|(until, _)| *until > clock) {
+        if self
+            .delayed
+            .get_min()
+            .is_none_or(|(until, _)| *until > clock)
+        {
             return;
         }
         let due: Vec<String> = self

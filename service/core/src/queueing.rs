@@ -15,7 +15,6 @@
 //! of a multi-acquire (one request queued on several locks at once) are granted
 //! by `groups`, which this module asks whenever such a place may hold.
 
-
 use crate::command::LeaseRef;
 use crate::error::CoreError;
 use crate::ids::{LeaseId, WaiterId};
@@ -156,10 +155,7 @@ impl SlotKind {
     }
 
     /// The slots of this kind, and the leases (to name holders) beside them.
-    pub(crate) fn slots_mut(
-        self,
-        sm: &mut StateMachine,
-    ) -> (&mut Slots, &Leases) {
+    pub(crate) fn slots_mut(self, sm: &mut StateMachine) -> (&mut Slots, &Leases) {
         match self {
             SlotKind::Lock => (&mut sm.locks, &sm.leases),
             SlotKind::Election => (&mut sm.elections, &sm.leases),

@@ -28,7 +28,7 @@ use serde::Serialize;
 use crate::error::StoreError;
 
 /// The only value format so far.
-const FORMAT_V1: u8 = 1;
+pub(crate) const FORMAT_V1: u8 = 1;
 
 /// Serializes `value` as the format byte plus postcard.
 pub(crate) fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>, StoreError> {

@@ -11,7 +11,7 @@ use crate::error::StoreError;
 pub(crate) const CF_LOG: &str = "log";
 /// Small values beside the log: vote, committed and last purged log id.
 pub(crate) const CF_META: &str = "meta";
-/// The current snapshot (meta and data under one key).
+/// The current snapshot's record (meta and file name; the bytes are in a file).
 pub(crate) const CF_SNAPSHOT: &str = "snapshot";
 
 /// Key of the vote in [`CF_META`].
@@ -20,8 +20,11 @@ pub(crate) const KEY_VOTE: &[u8] = b"vote";
 pub(crate) const KEY_COMMITTED: &[u8] = b"committed";
 /// Key of the last purged log id in [`CF_META`].
 pub(crate) const KEY_LAST_PURGED: &[u8] = b"last_purged";
-/// Key of the current snapshot in [`CF_SNAPSHOT`].
-pub(crate) const KEY_SNAPSHOT: &[u8] = b"current";
+/// Key of the current snapshot's record in [`CF_SNAPSHOT`].
+pub(crate) const KEY_SNAPSHOT_FILE: &[u8] = b"current-file";
+/// Key under which older builds stored the whole current snapshot in
+/// [`CF_SNAPSHOT`]; moved into a file when found.
+pub(crate) const KEY_SNAPSHOT_INLINE: &[u8] = b"current";
 
 /// Opens (creating if needed) the database with all column families.
 pub(crate) fn open_db(path: &Path) -> Result<Arc<DB>, StoreError> {

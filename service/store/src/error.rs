@@ -70,6 +70,14 @@ pub enum StoreError {
     /// The state machine refused the snapshot bytes.
     #[error("cannot restore the state machine from a snapshot: {0}")]
     Restore(#[source] baton_core::SnapshotError),
+    /// A snapshot file could not be written, read, renamed or removed.
+    #[error("snapshot file {path}: {source}")]
+    SnapshotFile {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// What the file system said.
+        source: std::io::Error,
+    },
     /// A snapshot's data says it covers a different log id than its meta.
     #[error("snapshot data covers {data} but its meta says {meta}")]
     SnapshotMismatch {

@@ -62,6 +62,10 @@ pub use type_config::{
     StorageError, StorageResult, StoredMembership, TypeConfig, Vote,
 };
 
+/// The directory, inside the data directory, that holds the current snapshot's
+/// file (and, briefly, one being written or received).
+pub const SNAPSHOT_DIR: &str = "snapshots";
+
 /// Opens (creating if needed) the database in directory `path` and returns the
 /// log store and the state machine store, the latter restored from the stored
 /// snapshot if there is one.
@@ -93,6 +97,11 @@ pub fn open_with(
     let db = db::open_db(path)?;
     // One set per node, shared by both halves (`StateMachineStore::metrics`).
     let metrics = std::sync::Arc::new(StoreMetrics::default());
-    let state_machine = StateMachineStore::open(db.clone(), durability, metrics.clone())?;
+    let state_machine = StateMachineStore::open(
+        db.clone(),
+        path.join(SNAPSHOT_DIR),
+        durability,
+        metrics.clone(),
+    )?;
     Ok((LogStore::new(db, durability, metrics), state_machine))
 }

@@ -2,6 +2,9 @@
 //! current one is kept.
 
 use std::fmt;
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -10,7 +13,7 @@ use rocksdb::DB;
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{decode, encode};
-use crate::db::{self, CF_SNAPSHOT, KEY_SNAPSHOT};
+use crate::db::{self, CF_SNAPSHOT, KEY_SNAPSHOT_FILE, KEY_SNAPSHOT_INLINE};
 use crate::error::StoreError;
 use crate::shared::AppliedState;
 use crate::type_config::{LogId, SnapshotMeta, StoredMembership};
@@ -29,6 +32,7 @@ pub(crate) struct SnapshotEnvelope {
 
 impl SnapshotEnvelope {
     /// Captures `applied` (serializing the state machine).
+    #[cfg(test)]
     pub(crate) fn of(applied: &AppliedState) -> Self {
         SnapshotEnvelope {
             last_applied: applied.last_applied,
@@ -37,8 +41,28 @@ impl SnapshotEnvelope {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn encode(&self) -> Result<Vec<u8>, StoreError> {
         encode("snapshot data", self)
+    }
+
+    /// Writes the bytes [`SnapshotEnvelope::encode`] would make of these parts,
+    /// without first copying `machine` into an envelope: the format byte, the
+    /// fields in order, and `machine` as postcard writes a byte vector (its
+    /// length as a varint, then the bytes).
+    pub(crate) fn write(
+        last_applied: Option<&LogId>,
+        membership: &StoredMembership,
+        machine: &[u8],
+        out: &mut impl Write,
+    ) -> std::io::Result<()> {
+        let head = postcard::to_extend(
+            &(last_applied, membership, machine.len()),
+            vec![crate::codec::FORMAT_V1],
+        )
+        .map_err(std::io::Error::other)?;
+        out.write_all(&head)?;
+        out.write_all(machine)
     }
 
     /// Decodes snapshot bytes and checks they cover what `meta` says.
@@ -65,7 +89,9 @@ impl SnapshotEnvelope {
     }
 }
 
-/// The current snapshot as stored under one key of the `snapshot` column family.
+/// The current snapshot as older builds stored it: meta and data under one
+/// key of the `snapshot` column family ([`KEY_SNAPSHOT_INLINE`]). Read once, to
+/// move it into a file, when such a data directory is opened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct StoredSnapshot {
     /// This node's sequence number for snapshots it built or installed; it only
@@ -77,55 +103,148 @@ pub(crate) struct StoredSnapshot {
     pub data: Vec<u8>,
 }
 
+/// The current snapshot's record in the `snapshot` column family: openraft's
+/// meta and the file, in the snapshot directory, that holds its bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SnapshotRecord {
+    /// This node's sequence number for snapshots it built or installed; it only
+    /// keeps snapshot ids and file names unique across restarts.
+    pub seq: u64,
+    /// openraft's description of the snapshot.
+    pub meta: SnapshotMeta,
+    /// The file's name in the snapshot directory.
+    pub file: String,
+}
+
 /// Reads and replaces the one current snapshot.
+///
+/// # Why a file and not a RocksDB value
+///
+/// A snapshot of a million holdings is over a hundred megabytes. Written as one
+/// RocksDB value it went through the write-ahead log that every log append also
+/// waits on, so appends queued behind it for as long as the write and its sync
+/// took (a second and more in `make bench-scale`), and it was encoded a second
+/// time to wrap it with its meta. Now its bytes are streamed to a file of their
+/// own, synced and renamed into place; only the small [`SnapshotRecord`] goes
+/// through RocksDB. The file's bytes are exactly what followers are sent.
 pub(crate) struct SnapshotStore {
     db: Arc<DB>,
     durability: crate::Durability,
-    /// The last log id the stored snapshot covers (`None`: none stored, or
-    /// one covering no entry), behind the lock that serializes "compare with
-    /// the stored snapshot, then replace it": a snapshot build runs in its own
-    /// task and may finish after a newer snapshot was installed. Kept in memory
-    /// so that the comparison never reads and decodes the stored snapshot
-    /// (hundreds of megabytes with a million locks held).
-    stored_last_log_id: Mutex<Option<LogId>>,
+    dir: PathBuf,
+    /// The current snapshot's record, behind the lock that serializes "compare
+    /// with the stored snapshot, then replace it": a snapshot build runs in its
+    /// own task and may finish after a newer snapshot was installed.
+    current: Mutex<Option<SnapshotRecord>>,
     seq: AtomicU64,
 }
 
 impl fmt::Debug for SnapshotStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SnapshotStore")
+            .field("dir", &self.dir)
             .field("seq", &self.seq.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
 
 impl SnapshotStore {
-    /// Opens the store and returns the current snapshot, if any.
+    /// Opens the store in `dir` (created if missing) and returns the current
+    /// snapshot's record, if any. A snapshot stored inline by an older build is
+    /// moved into a file first; files that belong to no record (a crash
+    /// between writing and recording) are removed.
     pub(crate) fn open(
         db: Arc<DB>,
+        dir: PathBuf,
         durability: crate::Durability,
-    ) -> Result<(Self, Option<StoredSnapshot>), StoreError> {
+    ) -> Result<(Self, Option<SnapshotRecord>), StoreError> {
+        std::fs::create_dir_all(&dir).map_err(|source| StoreError::CreateDir {
+            path: dir.clone(),
+            source,
+        })?;
         let store = SnapshotStore {
             db,
             durability,
-            stored_last_log_id: Mutex::new(None),
+            dir,
+            current: Mutex::new(None),
             seq: AtomicU64::new(0),
         };
-        let current = store.load()?;
-        if let Some(current) = &current {
-            store.seq.store(current.seq, Ordering::Relaxed);
-            *store.stored_last_log_id() = current.meta.last_log_id;
+        let mut current = store.load_record()?;
+        if current.is_none() {
+            current = store.migrate_inline()?;
         }
+        if let Some(record) = &current {
+            store.seq.store(record.seq, Ordering::Relaxed);
+        }
+        store.remove_strays(current.as_ref())?;
+        *store.current() = current.clone();
         Ok((store, current))
     }
 
-    /// The current snapshot, if any.
-    pub(crate) fn load(&self) -> Result<Option<StoredSnapshot>, StoreError> {
+    fn load_record(&self) -> Result<Option<SnapshotRecord>, StoreError> {
         let cf = db::cf(&self.db, CF_SNAPSHOT)?;
-        match self.db.get_pinned_cf(cf, KEY_SNAPSHOT)? {
-            Some(bytes) => Ok(Some(decode("stored snapshot", &bytes)?)),
+        match self.db.get_pinned_cf(cf, KEY_SNAPSHOT_FILE)? {
+            Some(bytes) => Ok(Some(decode("snapshot record", &bytes)?)),
             None => Ok(None),
         }
+    }
+
+    /// Moves an inline snapshot of an older build into a file.
+    fn migrate_inline(&self) -> Result<Option<SnapshotRecord>, StoreError> {
+        let cf = db::cf(&self.db, CF_SNAPSHOT)?;
+        let Some(bytes) = self.db.get_pinned_cf(cf, KEY_SNAPSHOT_INLINE)? else {
+            return Ok(None);
+        };
+        let inline: StoredSnapshot = decode("stored snapshot", &bytes)?;
+        drop(bytes);
+        self.seq.store(inline.seq, Ordering::Relaxed);
+        let (seq, _) = self.next_id(inline.meta.last_log_id.as_ref());
+        let staged = self.write_staged(seq, |out| out.write_all(&inline.data))?;
+        self.commit(seq, &inline.meta, &staged, false)?;
+        self.db.delete_cf_opt(
+            cf,
+            KEY_SNAPSHOT_INLINE,
+            &db::write_options(self.durability, true),
+        )?;
+        tracing::info!(snapshot = %inline.meta, "moved the stored snapshot into a file");
+        self.load_record()
+    }
+
+    fn remove_strays(&self, current: Option<&SnapshotRecord>) -> Result<(), StoreError> {
+        let entries = std::fs::read_dir(&self.dir).map_err(|source| self.io(&self.dir, source))?;
+        for entry in entries {
+            let entry = entry.map_err(|source| self.io(&self.dir, source))?;
+            let name = entry.file_name();
+            if current.is_some_and(|record| name.to_str() == Some(record.file.as_str())) {
+                continue;
+            }
+            let path = entry.path();
+            std::fs::remove_file(&path).map_err(|source| self.io(&path, source))?;
+        }
+        Ok(())
+    }
+
+    /// The current snapshot's meta and its file, opened for reading.
+    pub(crate) fn open_current(&self) -> Result<Option<(SnapshotMeta, File)>, StoreError> {
+        // The lock is held while opening, so the file is not replaced in
+        // between; once open, a replaced (unlinked) file stays readable.
+        let current = self.current();
+        let Some(record) = current.as_ref() else {
+            return Ok(None);
+        };
+        let path = self.dir.join(&record.file);
+        let file = File::open(&path).map_err(|source| self.io(&path, source))?;
+        Ok(Some((record.meta.clone(), file)))
+    }
+
+    /// The current snapshot's meta and bytes.
+    pub(crate) fn read_current(&self) -> Result<Option<(SnapshotMeta, Vec<u8>)>, StoreError> {
+        let Some((meta, mut file)) = self.open_current()? else {
+            return Ok(None);
+        };
+        let mut data = Vec::new();
+        file.read_to_end(&mut data)
+            .map_err(|source| self.io(&self.dir, source))?;
+        Ok(Some((meta, data)))
     }
 
     /// A fresh sequence number and the snapshot id to go with it.
@@ -138,28 +257,254 @@ impl SnapshotStore {
         (seq, id)
     }
 
-    /// Makes `snapshot` the current one, synced. With `only_if_newer`, a stored
-    /// snapshot covering more of the log is kept instead and `false` returned.
-    pub(crate) fn save(
+    /// A new, empty file for a snapshot being received from the leader.
+    pub(crate) fn receiving_file(&self) -> Result<(PathBuf, File), StoreError> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let path = self.dir.join(format!("receiving-{seq}.tmp"));
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|source| self.io(&path, source))?;
+        Ok((path, file))
+    }
+
+    /// Streams `applied`'s snapshot bytes into a staged file: the state
+    /// machine is encoded once, and its envelope is written around it without
+    /// another copy.
+    pub(crate) fn stage_built(
         &self,
-        snapshot: &StoredSnapshot,
+        seq: u64,
+        applied: &AppliedState,
+    ) -> Result<PathBuf, StoreError> {
+        let machine = applied.machine.to_snapshot();
+        self.write_staged(seq, |out| {
+            SnapshotEnvelope::write(
+                applied.last_applied.as_ref(),
+                &applied.membership,
+                &machine,
+                out,
+            )
+        })
+    }
+
+    /// Writes snapshot bytes into a staged file.
+    pub(crate) fn stage_bytes(&self, seq: u64, data: &[u8]) -> Result<PathBuf, StoreError> {
+        self.write_staged(seq, |out| out.write_all(data))
+    }
+
+    fn write_staged(
+        &self,
+        seq: u64,
+        write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+    ) -> Result<PathBuf, StoreError> {
+        let path = self.dir.join(format!("staged-{seq}.tmp"));
+        let result = (|| {
+            let mut out = BufWriter::with_capacity(1 << 20, File::create(&path)?);
+            write(&mut out)?;
+            let file = out
+                .into_inner()
+                .map_err(std::io::IntoInnerError::into_error)?;
+            if self.durability == crate::Durability::Synced {
+                file.sync_all()?;
+            }
+            Ok(())
+        })();
+        result.map_err(|source| {
+            let _ = std::fs::remove_file(&path);
+            self.io(&path, source)
+        })?;
+        Ok(path)
+    }
+
+    /// Makes the staged file the current snapshot, described by `meta`, synced.
+    /// With `only_if_newer`, a stored snapshot covering more of the log is kept
+    /// instead, the staged file removed and `false` returned.
+    pub(crate) fn commit(
+        &self,
+        seq: u64,
+        meta: &SnapshotMeta,
+        staged: &Path,
         only_if_newer: bool,
     ) -> Result<bool, StoreError> {
-        let bytes = encode("stored snapshot", snapshot)?;
-        let mut stored_last_log_id = self.stored_last_log_id();
-        if only_if_newer && *stored_last_log_id > snapshot.meta.last_log_id {
+        let mut current = self.current();
+        let stored_last_log_id = current.as_ref().and_then(|record| record.meta.last_log_id);
+        if only_if_newer && current.is_some() && stored_last_log_id > meta.last_log_id {
+            std::fs::remove_file(staged).map_err(|source| self.io(staged, source))?;
             return Ok(false);
+        }
+        let record = SnapshotRecord {
+            seq,
+            meta: meta.clone(),
+            file: format!("snapshot-{seq}.bin"),
+        };
+        let path = self.dir.join(&record.file);
+        std::fs::rename(staged, &path).map_err(|source| self.io(&path, source))?;
+        if self.durability == crate::Durability::Synced {
+            File::open(&self.dir)
+                .and_then(|dir| dir.sync_all())
+                .map_err(|source| self.io(&self.dir, source))?;
         }
         let cf = db::cf(&self.db, CF_SNAPSHOT)?;
         let opts = db::write_options(self.durability, true);
-        self.db.put_cf_opt(cf, KEY_SNAPSHOT, bytes, &opts)?;
-        *stored_last_log_id = snapshot.meta.last_log_id;
+        self.db.put_cf_opt(
+            cf,
+            KEY_SNAPSHOT_FILE,
+            encode("snapshot record", &record)?,
+            &opts,
+        )?;
+        if let Some(replaced) = current.replace(record) {
+            let old = self.dir.join(replaced.file);
+            std::fs::remove_file(&old).map_err(|source| self.io(&old, source))?;
+        }
         Ok(true)
     }
 
-    fn stored_last_log_id(&self) -> MutexGuard<'_, Option<LogId>> {
-        self.stored_last_log_id
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    fn current(&self) -> MutexGuard<'_, Option<SnapshotRecord>> {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn io(&self, path: &Path, source: std::io::Error) -> StoreError {
+        StoreError::SnapshotFile {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use baton_core::{ApplyContext, Command, LeaseId, Limits, Request};
+    use openraft::{CommittedLeaderId, Membership};
+    use tempfile::TempDir;
+
+    use super::*;
+
+    fn applied() -> AppliedState {
+        let mut machine = StateMachine::new();
+        let ctx = ApplyContext {
+            now_ms: 1_000,
+            limits: Limits::default(),
+            term: 1,
+        };
+        for i in 0..3 {
+            machine.apply(
+                &ctx,
+                &Request::plain(Command::CreateLease {
+                    lease_id: LeaseId(i),
+                    ttl_ms: 10_000,
+                    holder: format!("holder-{i}"),
+                }),
+            );
+        }
+        let log_id = LogId::new(CommittedLeaderId::new(2, 1), 9);
+        AppliedState {
+            machine,
+            last_applied: Some(log_id),
+            membership: StoredMembership::new(
+                Some(log_id),
+                Membership::new(vec![[1, 2, 3].into()], ()),
+            ),
+        }
+    }
+
+    fn meta_of(applied: &AppliedState, id: &str) -> SnapshotMeta {
+        SnapshotMeta {
+            last_log_id: applied.last_applied,
+            last_membership: applied.membership.clone(),
+            snapshot_id: id.to_owned(),
+        }
+    }
+
+    #[test]
+    fn written_parts_are_the_encoded_envelope() {
+        let applied = applied();
+        let mut written = Vec::new();
+        SnapshotEnvelope::write(
+            applied.last_applied.as_ref(),
+            &applied.membership,
+            &applied.machine.to_snapshot(),
+            &mut written,
+        )
+        .unwrap();
+        assert_eq!(written, SnapshotEnvelope::of(&applied).encode().unwrap());
+    }
+
+    #[test]
+    fn an_inline_snapshot_of_an_older_build_moves_into_a_file() {
+        let dir = TempDir::new().unwrap();
+        let applied = applied();
+        let meta = meta_of(&applied, "2-9-4");
+        let data = SnapshotEnvelope::of(&applied).encode().unwrap();
+        {
+            let db = db::open_db(dir.path()).unwrap();
+            let inline = StoredSnapshot {
+                seq: 4,
+                meta: meta.clone(),
+                data: data.clone(),
+            };
+            db.put_cf(
+                db::cf(&db, CF_SNAPSHOT).unwrap(),
+                KEY_SNAPSHOT_INLINE,
+                encode("stored snapshot", &inline).unwrap(),
+            )
+            .unwrap();
+        }
+        let db = db::open_db(dir.path()).unwrap();
+        let snapshots = dir.path().join("snapshots");
+        let (store, record) =
+            SnapshotStore::open(db.clone(), snapshots.clone(), crate::Durability::Synced).unwrap();
+        let record = record.unwrap();
+        assert_eq!(record.meta, meta);
+        assert!(record.seq > 4, "sequence numbers continue: {}", record.seq);
+        assert_eq!(store.read_current().unwrap(), Some((meta.clone(), data)));
+        let inline = db
+            .get_cf(db::cf(&db, CF_SNAPSHOT).unwrap(), KEY_SNAPSHOT_INLINE)
+            .unwrap();
+        assert_eq!(inline, None, "the inline copy is removed");
+        let files: Vec<_> = std::fs::read_dir(&snapshots)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(files, vec![record.file]);
+    }
+
+    #[test]
+    fn a_replaced_snapshot_file_and_leftovers_are_removed() {
+        let dir = TempDir::new().unwrap();
+        let snapshots = dir.path().join("snapshots");
+        let db = db::open_db(dir.path()).unwrap();
+        let applied = applied();
+        {
+            let (store, _) =
+                SnapshotStore::open(db.clone(), snapshots.clone(), crate::Durability::Synced)
+                    .unwrap();
+            for _ in 0..2 {
+                let (seq, id) = store.next_id(applied.last_applied.as_ref());
+                let staged = store.stage_built(seq, &applied).unwrap();
+                assert!(store
+                    .commit(seq, &meta_of(&applied, &id), &staged, true)
+                    .unwrap());
+            }
+            // A crash while receiving leaves a file behind.
+            store.receiving_file().unwrap();
+            assert_eq!(std::fs::read_dir(&snapshots).unwrap().count(), 2);
+        }
+        let (store, record) =
+            SnapshotStore::open(db, snapshots.clone(), crate::Durability::Synced).unwrap();
+        let names: Vec<_> = std::fs::read_dir(&snapshots)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, vec![record.unwrap().file]);
+        let (meta, data) = store.read_current().unwrap().unwrap();
+        let restored = SnapshotEnvelope::decode_for(&meta, &data)
+            .unwrap()
+            .restore(&meta)
+            .unwrap();
+        assert_eq!(restored.machine, applied.machine);
     }
 }

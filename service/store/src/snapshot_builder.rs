@@ -1,6 +1,5 @@
 //! Building snapshots off the state-machine task.
 
-use std::io::Cursor;
 use std::sync::Arc;
 
 use openraft::{RaftSnapshotBuilder, StorageIOError};
@@ -8,14 +7,15 @@ use openraft::{RaftSnapshotBuilder, StorageIOError};
 use crate::error::StoreError;
 use crate::metrics::StoreMetrics;
 use crate::shared::AppliedState;
-use crate::snapshot::{SnapshotEnvelope, SnapshotStore, StoredSnapshot};
+use crate::snapshot::SnapshotStore;
 use crate::type_config::{Snapshot, SnapshotMeta, StorageResult, TypeConfig};
 
 /// Builds a snapshot of the state as it was when openraft asked for the builder.
 ///
 /// openraft runs the build in a task of its own while applying continues, so
-/// the builder owns a copy of the applied state (cloning is cheaper than
-/// serializing, and it keeps the state machine task's pause short).
+/// the builder owns a copy of the applied state. The state's collections are
+/// persistent maps, so the copy shares them and costs next to nothing; the
+/// state machine task does not pause for it.
 #[derive(Debug)]
 pub struct SnapshotBuilder {
     /// Taken by the one build: encoding and then freeing the copy both
@@ -39,23 +39,28 @@ impl SnapshotBuilder {
     }
 
     fn build(view: &AppliedState, snapshots: &SnapshotStore) -> Result<Snapshot, StoreError> {
-        let data = SnapshotEnvelope::of(view).encode()?;
         let (seq, snapshot_id) = snapshots.next_id(view.last_applied.as_ref());
         let meta = SnapshotMeta {
             last_log_id: view.last_applied,
             last_membership: view.membership.clone(),
             snapshot_id,
         };
-        let stored = StoredSnapshot { seq, meta, data };
+        let staged = snapshots.stage_built(seq, view)?;
+        // Opened before it is committed or dropped: either way the handle
+        // reads these bytes.
+        let file = std::fs::File::open(&staged).map_err(|source| StoreError::SnapshotFile {
+            path: staged.clone(),
+            source,
+        })?;
         // If a newer snapshot was installed meanwhile it stays current; openraft
         // ignores a built snapshot older than the one it knows, so returning
         // this one anyway is harmless.
-        if !snapshots.save(&stored, true)? {
-            tracing::info!(snapshot = %stored.meta, "a newer snapshot is stored; not replacing it");
+        if !snapshots.commit(seq, &meta, &staged, true)? {
+            tracing::info!(snapshot = %meta, "a newer snapshot is stored; not replacing it");
         }
         Ok(Snapshot {
-            meta: stored.meta,
-            snapshot: Box::new(Cursor::new(stored.data)),
+            meta,
+            snapshot: Box::new(tokio::fs::File::from_std(file)),
         })
     }
 }

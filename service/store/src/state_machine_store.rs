@@ -1,7 +1,7 @@
-//! openraft's state machine: baton-core's machine in memory, snapshots in RocksDB.
+//! openraft's state machine: baton-core's machine in memory, snapshots in files.
 
 use std::fmt;
-use std::io::Cursor;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use openraft::storage::RaftStateMachine;
@@ -11,7 +11,7 @@ use rocksdb::DB;
 use crate::error::StoreError;
 use crate::metrics::StoreMetrics;
 use crate::shared::{AppliedState, ApplyObserver, SharedState};
-use crate::snapshot::{SnapshotEnvelope, SnapshotStore, StoredSnapshot};
+use crate::snapshot::{SnapshotEnvelope, SnapshotStore};
 use crate::snapshot_builder::SnapshotBuilder;
 use crate::stage_times;
 use crate::type_config::{
@@ -23,8 +23,8 @@ use crate::type_config::{
 /// # Persistent snapshot, in-memory state
 ///
 /// `apply` changes only memory; what survives a restart is the last snapshot
-/// (synced to the `snapshot` column family when built or installed) plus the
-/// log. On [`crate::open`] the state is restored from that snapshot, and
+/// (a synced file in the data directory's `snapshots/`, recorded in the
+/// `snapshot` column family, when built or installed) plus the log. On [`crate::open`] the state is restored from that snapshot, and
 /// openraft 0.9.25 itself replays the rest at startup: its
 /// `StorageHelper::get_initial_state` reads `read_committed()` from the log
 /// store and re-applies the entries between the state machine's last applied
@@ -37,6 +37,9 @@ pub struct StateMachineStore {
     shared: Arc<SharedState>,
     snapshots: Arc<SnapshotStore>,
     metrics: Arc<StoreMetrics>,
+    /// The file [`RaftStateMachine::begin_receiving_snapshot`] made last,
+    /// removed once the snapshot it received was installed.
+    receiving: Option<PathBuf>,
 }
 
 impl fmt::Debug for StateMachineStore {
@@ -51,15 +54,15 @@ impl StateMachineStore {
     /// Restores the applied state from the stored snapshot, if there is one.
     pub(crate) fn open(
         db: Arc<DB>,
+        snapshot_dir: PathBuf,
         durability: crate::Durability,
         metrics: Arc<StoreMetrics>,
     ) -> Result<Self, StoreError> {
-        let (snapshots, current) = SnapshotStore::open(db, durability)?;
-        let applied = match current {
-            Some(stored) => {
-                let applied = SnapshotEnvelope::decode_for(&stored.meta, &stored.data)?
-                    .restore(&stored.meta)?;
-                tracing::info!(snapshot = %stored.meta, revision = applied.machine.revision(), "restored state from snapshot");
+        let (snapshots, _) = SnapshotStore::open(db, snapshot_dir, durability)?;
+        let applied = match snapshots.read_current()? {
+            Some((meta, data)) => {
+                let applied = SnapshotEnvelope::decode_for(&meta, &data)?.restore(&meta)?;
+                tracing::info!(snapshot = %meta, revision = applied.machine.revision(), "restored state from snapshot");
                 applied
             }
             None => AppliedState::default(),
@@ -68,6 +71,7 @@ impl StateMachineStore {
             shared: Arc::new(SharedState::new(applied)),
             snapshots: Arc::new(snapshots),
             metrics,
+            receiving: None,
         })
     }
 
@@ -157,14 +161,9 @@ impl StateMachineStore {
         // good snapshot on disk.
         let applied = SnapshotEnvelope::decode_for(meta, &data)?.restore(meta)?;
         let (seq, _) = snapshots.next_id(meta.last_log_id.as_ref());
-        snapshots.save(
-            &StoredSnapshot {
-                seq,
-                meta: meta.clone(),
-                data,
-            },
-            false,
-        )?;
+        let staged = snapshots.stage_bytes(seq, &data)?;
+        drop(data);
+        snapshots.commit(seq, meta, &staged, false)?;
         let revision = applied.machine.revision();
         // The old state is dropped after the lock is released: freeing a
         // million locks is itself many milliseconds that readers need not wait.
@@ -177,10 +176,18 @@ impl StateMachineStore {
         Ok(())
     }
 
+    /// Removes the last receiving file (best effort: a leftover is removed
+    /// at the next start).
+    fn forget_receiving(&mut self) {
+        if let Some(path) = self.receiving.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
     fn current_snapshot(&self) -> Result<Option<Snapshot>, StoreError> {
-        Ok(self.snapshots.load()?.map(|stored| Snapshot {
-            meta: stored.meta,
-            snapshot: Box::new(Cursor::new(stored.data)),
+        Ok(self.snapshots.open_current()?.map(|(meta, file)| Snapshot {
+            meta,
+            snapshot: Box::new(tokio::fs::File::from_std(file)),
         }))
     }
 }
@@ -211,20 +218,43 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         )
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<Cursor<Vec<u8>>>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<tokio::fs::File>> {
+        // The chunks go to disk as they arrive: a large snapshot is never held
+        // in memory while it is being received.
+        let (path, file) = self
+            .snapshots
+            .receiving_file()
+            .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        self.forget_receiving();
+        self.receiving = Some(path);
+        Ok(Box::new(tokio::fs::File::from_std(file)))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        mut snapshot: Box<tokio::fs::File>,
     ) -> StorageResult<()> {
+        use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+
         tracing::info!(snapshot = %meta, "installing snapshot");
+        let signature = meta.signature();
+        let io_error =
+            |e: std::io::Error| StorageIOError::read_snapshot(Some(signature.clone()), &e);
+        // Read back from whatever file openraft hands over (usually the one
+        // `begin_receiving_snapshot` made): decoding needs the bytes anyway.
+        snapshot.flush().await.map_err(io_error)?;
+        snapshot
+            .seek(std::io::SeekFrom::Start(0))
+            .await
+            .map_err(io_error)?;
+        let mut data = Vec::new();
+        snapshot.read_to_end(&mut data).await.map_err(io_error)?;
+        drop(snapshot);
+        self.forget_receiving();
         let shared = Arc::clone(&self.shared);
         let snapshots = Arc::clone(&self.snapshots);
         let owned_meta = meta.clone();
-        let data = snapshot.into_inner();
         tokio::task::spawn_blocking(move || Self::install(&shared, &snapshots, &owned_meta, data))
             .await
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?

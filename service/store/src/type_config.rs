@@ -1,7 +1,6 @@
 //! The openraft type configuration that every Baton crate shares.
 
 use std::fmt;
-use std::io::Cursor;
 
 use serde::{Deserialize, Serialize};
 
@@ -14,7 +13,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = BatonNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = tokio::fs::File,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

@@ -54,3 +54,26 @@ pub fn membership(term: u64, index: u64, voters: &[u64]) -> Entry {
         payload: EntryPayload::Membership(Membership::new(vec![config], ())),
     }
 }
+
+/// What a follower's store receives when `snapshot` is sent to it: a receiving
+/// file of `follower` with the snapshot's bytes copied in, as openraft's chunks
+/// would write them.
+pub async fn received_copy(
+    follower: &mut baton_store::StateMachineStore,
+    snapshot: &mut baton_store::Snapshot,
+) -> Box<tokio::fs::File> {
+    use openraft::storage::RaftStateMachine;
+    use tokio::io::{AsyncSeekExt, AsyncWriteExt};
+
+    let mut received = follower.begin_receiving_snapshot().await.unwrap();
+    snapshot
+        .snapshot
+        .seek(std::io::SeekFrom::Start(0))
+        .await
+        .unwrap();
+    tokio::io::copy(&mut *snapshot.snapshot, &mut *received)
+        .await
+        .unwrap();
+    received.flush().await.unwrap();
+    received
+}

@@ -8,7 +8,7 @@ use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine, Sto
 use openraft::{RaftLogReader, RaftSnapshotBuilder};
 use tempfile::TempDir;
 
-use crate::common::{blank, lease_batch, log_id, membership, normal};
+use crate::common::{blank, lease_batch, log_id, membership, normal, received_copy};
 
 #[tokio::test]
 async fn vote_log_snapshot_and_state_survive_a_restart() {
@@ -232,7 +232,7 @@ async fn installed_snapshot_replaces_state_and_is_announced() {
         ])
         .await
         .unwrap();
-    let built = leader
+    let mut built = leader
         .get_snapshot_builder()
         .await
         .build_snapshot()
@@ -248,8 +248,7 @@ async fn installed_snapshot_replaces_state_and_is_announced() {
     let recorder = Arc::new(Recorder::default());
     follower.set_observer(recorder.clone());
 
-    let mut received = follower.begin_receiving_snapshot().await.unwrap();
-    *received = *built.snapshot.clone();
+    let received = received_copy(&mut follower, &mut built).await;
     follower
         .install_snapshot(&built.meta, received)
         .await
@@ -279,8 +278,7 @@ async fn installed_snapshot_replaces_state_and_is_announced() {
     // snapshot stays.
     let mut wrong_meta = built.meta.clone();
     wrong_meta.last_log_id = Some(log_id(2, 9));
-    let mut received = follower.begin_receiving_snapshot().await.unwrap();
-    *received = *built.snapshot.clone();
+    let received = received_copy(&mut follower, &mut built).await;
     assert!(follower
         .install_snapshot(&wrong_meta, received)
         .await

@@ -5,7 +5,7 @@ use openraft::storage::RaftStateMachine;
 use openraft::RaftSnapshotBuilder;
 use tempfile::TempDir;
 
-use crate::common::{lease_batch, log_id, membership, normal};
+use crate::common::{lease_batch, log_id, membership, normal, received_copy};
 
 /// A snapshot of a second store that applied entries 1..=7, as a leader would
 /// send it.
@@ -28,7 +28,7 @@ async fn snapshot_at_seven(dir: &TempDir) -> baton_store::Snapshot {
 #[tokio::test]
 async fn an_older_build_never_replaces_an_installed_newer_snapshot() {
     let leader_dir = TempDir::new().unwrap();
-    let newer = snapshot_at_seven(&leader_dir).await;
+    let mut newer = snapshot_at_seven(&leader_dir).await;
     assert_eq!(newer.meta.last_log_id, Some(log_id(1, 7)));
 
     let dir = TempDir::new().unwrap();
@@ -43,9 +43,8 @@ async fn an_older_build_never_replaces_an_installed_newer_snapshot() {
         // The builder copies the state at index 2; the newer snapshot is
         // installed before that build runs.
         let mut stale = sm.get_snapshot_builder().await;
-        sm.install_snapshot(&newer.meta, newer.snapshot.clone())
-            .await
-            .unwrap();
+        let received = received_copy(&mut sm, &mut newer).await;
+        sm.install_snapshot(&newer.meta, received).await.unwrap();
         let built = stale.build_snapshot().await.unwrap();
         assert_eq!(built.meta.last_log_id, Some(log_id(1, 2)));
         let current = sm.get_current_snapshot().await.unwrap().unwrap();
