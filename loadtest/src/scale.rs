@@ -64,6 +64,11 @@ pub struct Level {
     /// Snapshots the node built during the measured phase (`None`: the build does
     /// not count them).
     pub snapshots_during_run: Option<u64>,
+    /// Mean duration of the snapshot builds that finished during the measured
+    /// phase, seconds (`None`: none finished, or the build does not say).
+    pub snapshot_build_s: Option<f64>,
+    /// Size of the last snapshot built, bytes (`None`: the build does not say).
+    pub snapshot_bytes: Option<u64>,
     /// Server RSS after the measured phase, bytes.
     pub rss_bytes: u64,
     /// The lock-cycle run.
@@ -159,7 +164,7 @@ async fn level(args: &ScaleArgs, held: usize) -> anyhow::Result<Level> {
         let Target::Baton(client) = target else {
             return None;
         };
-        let text = client
+        client
             .http()
             .get(format!("{url}/metrics"))
             .send()
@@ -167,10 +172,9 @@ async fn level(args: &ScaleArgs, held: usize) -> anyhow::Result<Level> {
             .ok()?
             .text()
             .await
-            .ok()?;
-        counter(&text, SNAPSHOTS_BUILT)
+            .ok()
     };
-    let built_before = metrics(target.clone(), server.url.clone()).await;
+    let before = metrics(target.clone(), server.url.clone()).await;
     let mut run = RunArgs::new(Scenario::LockCycle, TargetKind::Baton, &server.url);
     run.clients = args.clients;
     run.duration_s = Some(args.duration_s);
@@ -178,7 +182,20 @@ async fn level(args: &ScaleArgs, held: usize) -> anyhow::Result<Level> {
     run.server_pid = Some(server.pid());
     run.no_progress = true;
     let report = scenario::run(&run).await?;
-    let built_after = metrics(target.clone(), server.url.clone()).await;
+    let after = metrics(target.clone(), server.url.clone()).await;
+    let delta = |name: &str| {
+        let sum = |text: &Option<String>| text.as_deref().and_then(|t| metric_sum(t, name));
+        sum(&after).zip(sum(&before)).map(|(a, b)| a - b)
+    };
+    let built = delta(SNAPSHOTS_BUILT).map(|n| n as u64);
+    let snapshot_build_s = delta(SNAPSHOT_BUILD_SUM)
+        .zip(delta(SNAPSHOT_BUILD_COUNT))
+        .filter(|(_, count)| *count > 0.0)
+        .map(|(sum, count)| sum / count);
+    let snapshot_bytes = after
+        .as_deref()
+        .and_then(|t| metric_sum(t, SNAPSHOT_BYTES))
+        .map(|b| b as u64);
     if report.errors > 0 {
         anyhow::bail!(
             "lock-cycle at {held} held: {} errors ({:?})",
@@ -188,18 +205,20 @@ async fn level(args: &ScaleArgs, held: usize) -> anyhow::Result<Level> {
     }
     let rss_bytes = server.rss_bytes().unwrap_or(0);
     eprintln!(
-        "scale: {held} held (filled in {fill_s:.1} s): {:.0} cycles/s, p99 {} µs, {} snapshots during the run",
+        "scale: {held} held (filled in {fill_s:.1} s): {:.0} cycles/s, p99 {} µs, {} snapshots during the run ({:?} s each, {:?} bytes)",
         report.throughput_per_s,
         report.latency_us.p99,
-        built_after
-            .zip(built_before)
-            .map_or("?".to_owned(), |(a, b)| (a - b).to_string())
+        built.map_or("?".to_owned(), |n| n.to_string()),
+        snapshot_build_s,
+        snapshot_bytes,
     );
     drop(server);
     Ok(Level {
         held,
         fill_s,
-        snapshots_during_run: built_after.zip(built_before).map(|(a, b)| a - b),
+        snapshots_during_run: built,
+        snapshot_build_s,
+        snapshot_bytes,
         rss_bytes,
         run: report,
     })
@@ -207,10 +226,15 @@ async fn level(args: &ScaleArgs, held: usize) -> anyhow::Result<Level> {
 
 /// The counter of snapshots this node built.
 const SNAPSHOTS_BUILT: &str = "baton_snapshots_built_total";
+/// Sum and count of the snapshot build histogram.
+const SNAPSHOT_BUILD_SUM: &str = "baton_snapshot_build_seconds_sum";
+const SNAPSHOT_BUILD_COUNT: &str = "baton_snapshot_build_seconds_count";
+/// The size of the last snapshot.
+const SNAPSHOT_BYTES: &str = "baton_snapshot_bytes";
 
-/// The sum of every series of counter `name` in a Prometheus exposition
+/// The sum of every series of metric `name` in a Prometheus exposition
 /// (`None` when it has none).
-pub fn counter(exposition: &str, name: &str) -> Option<u64> {
+pub fn metric_sum(exposition: &str, name: &str) -> Option<f64> {
     let values: Vec<f64> = exposition
         .lines()
         .filter(|line| !line.starts_with('#'))
@@ -224,7 +248,7 @@ pub fn counter(exposition: &str, name: &str) -> Option<u64> {
             value.parse::<f64>().ok()
         })
         .collect();
-    (!values.is_empty()).then(|| values.iter().sum::<f64>() as u64)
+    (!values.is_empty()).then(|| values.iter().sum::<f64>())
 }
 
 /// The marker name of this section in BENCHMARKS.md.
@@ -247,7 +271,7 @@ fn render(report: &ScaleReport, command: &str, plot: Option<&PathBuf>) -> String
     for level in &report.levels {
         let (throughput, p99) = relative(report, level);
         rows.push_str(&format!(
-            "| {held} | {fill:.1} s | {tput:.0} | {p50} | {p99_us} | {max} | {rt:.2} | {rp:.2} | {snaps} | {rss:.0} MiB |\n",
+            "| {held} | {fill:.1} s | {tput:.0} | {p50} | {p99_us} | {max} | {rt:.2} | {rp:.2} | {snaps} | {build} | {size} | {rss:.0} MiB |\n",
             held = level.held,
             fill = level.fill_s,
             tput = level.run.throughput_per_s,
@@ -259,6 +283,12 @@ fn render(report: &ScaleReport, command: &str, plot: Option<&PathBuf>) -> String
             snaps = level
                 .snapshots_during_run
                 .map_or("n/a".to_owned(), |n| n.to_string()),
+            build = level
+                .snapshot_build_s
+                .map_or("n/a".to_owned(), |s| format!("{s:.2} s")),
+            size = level.snapshot_bytes.map_or("n/a".to_owned(), |b| {
+                format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
+            }),
             rss = level.rss_bytes as f64 / (1024.0 * 1024.0),
         ));
     }
@@ -277,11 +307,12 @@ Generated by `baton-loadtest scale` ({version}): for each level a fresh single n
 `held` leases with a one-hour TTL each holding one lock, then lock-cycle ({clients} clients, \
 own lease and lock each) for the measured phase. The node builds a snapshot every \
 {every} log entries, so at the larger levels the measured phase includes snapshots of the \
-whole state (last column but one). Ratios are against the first level. The target \
+whole state: how many finished during the run, their mean build time (encoding the state, \
+writing and syncing its file, beside applying) and the last one's size. Ratios are against the first level. The target \
 (issue 19) is throughput and p99 within 15 % of the empty state.\n\n\
 Command:\n\n```\n{command}\n```\n\n\
-| held | fill | cycles/s | p50 µs | p99 µs | max µs | throughput vs empty | p99 vs empty | snapshots in run | RSS |\n\
-|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n{rows}\n{plot}",
+| held | fill | cycles/s | p50 µs | p99 µs | max µs | throughput vs empty | p99 vs empty | snapshots in run | snapshot build | snapshot size | RSS |\n\
+|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n{rows}\n{plot}",
         version = report.baton_version,
         clients = report.levels.first().map_or(0, |l| l.run.clients),
         every = report.snapshot_every,
@@ -359,13 +390,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn counter_sums_labelled_and_unlabelled_series() {
+    fn metric_sum_adds_labelled_and_unlabelled_series() {
         let text = "# TYPE baton_snapshots_built_total counter\n\
                     baton_snapshots_built_total 3\n\
                     baton_snapshots_built_totals 7\n";
-        assert_eq!(counter(text, "baton_snapshots_built_total"), Some(3));
+        assert_eq!(metric_sum(text, "baton_snapshots_built_total"), Some(3.0));
         let labelled = "x_total{reason=\"a\"} 2\nx_total{reason=\"b\"} 5\n";
-        assert_eq!(counter(labelled, "x_total"), Some(7));
-        assert_eq!(counter(labelled, "y_total"), None);
+        assert_eq!(metric_sum(labelled, "x_total"), Some(7.0));
+        assert_eq!(metric_sum(labelled, "y_total"), None);
     }
 }

@@ -113,7 +113,7 @@ pub async fn readyz(state: web::Data<ApiState>) -> HttpResponse {
     responses((status = 200, content_type = "text/plain; version=0.0.4", body = String)))]
 pub async fn metrics(state: web::Data<ApiState>) -> HttpResponse {
     let status = state.node.cluster();
-    let counts = state.node.read(|sm| sm.counts());
+    let counts = state.node.view().counts();
     let lines = [
         (
             "baton_applied_revision",

@@ -476,6 +476,19 @@ impl Node {
             "Snapshots this node built from its own state.",
             &self.metrics.store.snapshots_built,
         );
+        out.histogram(
+            "baton_snapshot_build_seconds",
+            "Duration of one snapshot build: encoding the state and writing and syncing its file, beside applying.",
+            &self.metrics.store.snapshot_build,
+        );
+        out.gauge(
+            "baton_snapshot_bytes",
+            "Size of the last snapshot this node built or installed, bytes.",
+            self.metrics
+                .store
+                .snapshot_bytes
+                .load(std::sync::atomic::Ordering::Relaxed) as f64,
+        );
         // Snapshots installed are the gauge `baton_snapshots_installed` (kept
         // from before): a counter `baton_snapshots_installed_total` beside it
         // would be the same family name to OpenMetrics parsers.
@@ -490,14 +503,15 @@ impl Node {
             &["call"],
             &m.leader_calls,
         );
-        let by_ttl = self.read(|sm| {
+        let by_ttl = {
+            let view = self.view();
             let mut counts = [0u64; TTL_BOUNDS_S.len() + 1];
-            for (_, ttl_ms) in sm.leases() {
+            for (_, ttl_ms) in view.leases() {
                 let bucket = TTL_BOUNDS_S.partition_point(|&bound| bound * 1000 < ttl_ms);
                 counts[bucket] += 1;
             }
             counts
-        });
+        };
         let mut cumulative = 0;
         let samples: Vec<(String, f64)> = by_ttl
             .iter()

@@ -2,10 +2,11 @@
 //! snapshots built, and how long a committed entry waits to be applied.
 
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
-use baton_metrics::{Counter, Histogram, DISK_SECONDS};
+use baton_metrics::{Counter, Histogram, CALL_SECONDS, DISK_SECONDS};
 
 /// Commit points remembered for the commit-to-apply lag; openraft applies
 /// right behind each commit, so a handful is all that is ever outstanding.
@@ -23,6 +24,11 @@ pub struct StoreMetrics {
     pub entries_appended: Counter,
     /// Snapshots this node built from its own state.
     pub snapshots_built: Counter,
+    /// Duration of each snapshot build: encoding the state, writing and
+    /// syncing its file (off the runtime's workers; applying goes on).
+    pub snapshot_build: Histogram,
+    /// Size in bytes of the last snapshot this node built or installed.
+    pub snapshot_bytes: AtomicU64,
     /// From the moment openraft recorded an entry as committed
     /// (`save_committed`, right before it hands the entry to the state machine)
     /// to the moment it was applied, per applied entry.
@@ -37,6 +43,8 @@ impl Default for StoreMetrics {
             append: Histogram::new(DISK_SECONDS),
             entries_appended: Counter::new(),
             snapshots_built: Counter::new(),
+            snapshot_build: Histogram::new(CALL_SECONDS),
+            snapshot_bytes: AtomicU64::new(0),
             commit_to_apply: Histogram::new(DISK_SECONDS),
             commits: Mutex::new(VecDeque::new()),
         }

@@ -38,7 +38,11 @@ impl SnapshotBuilder {
         }
     }
 
-    fn build(view: &AppliedState, snapshots: &SnapshotStore) -> Result<Snapshot, StoreError> {
+    /// Builds the snapshot; returns it and its size in bytes.
+    fn build(
+        view: &AppliedState,
+        snapshots: &SnapshotStore,
+    ) -> Result<(Snapshot, u64), StoreError> {
         let (seq, snapshot_id) = snapshots.next_id(view.last_applied.as_ref());
         let meta = SnapshotMeta {
             last_log_id: view.last_applied,
@@ -48,20 +52,24 @@ impl SnapshotBuilder {
         let staged = snapshots.stage_built(seq, view)?;
         // Opened before it is committed or dropped: either way the handle
         // reads these bytes.
-        let file = std::fs::File::open(&staged).map_err(|source| StoreError::SnapshotFile {
-            path: staged.clone(),
-            source,
-        })?;
+        let (file, bytes) = std::fs::File::open(&staged)
+            .and_then(|file| Ok((file.metadata()?.len(), file)))
+            .map(|(bytes, file)| (file, bytes))
+            .map_err(|source| StoreError::SnapshotFile {
+                path: staged.clone(),
+                source,
+            })?;
         // If a newer snapshot was installed meanwhile it stays current; openraft
         // ignores a built snapshot older than the one it knows, so returning
         // this one anyway is harmless.
         if !snapshots.commit(seq, &meta, &staged, true)? {
             tracing::info!(snapshot = %meta, "a newer snapshot is stored; not replacing it");
         }
-        Ok(Snapshot {
+        let snapshot = Snapshot {
             meta,
             snapshot: Box::new(tokio::fs::File::from_std(file)),
-        })
+        };
+        Ok((snapshot, bytes))
     }
 }
 
@@ -75,10 +83,17 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .take()
             .ok_or_else(|| StorageIOError::write_snapshot(None, &StoreError::BuilderUsed))?;
         let snapshots = Arc::clone(&self.snapshots);
-        let snapshot = tokio::task::spawn_blocking(move || Self::build(&view, &snapshots))
+        let started = std::time::Instant::now();
+        let (snapshot, bytes) = tokio::task::spawn_blocking(move || Self::build(&view, &snapshots))
             .await
             .map_err(|e| StorageIOError::write_snapshot(None, &e))?
             .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        self.metrics
+            .snapshot_build
+            .observe_duration(started.elapsed());
+        self.metrics
+            .snapshot_bytes
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
         self.metrics.snapshots_built.inc();
         Ok(snapshot)
     }

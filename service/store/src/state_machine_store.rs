@@ -252,6 +252,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         snapshot.read_to_end(&mut data).await.map_err(io_error)?;
         drop(snapshot);
         self.forget_receiving();
+        self.metrics
+            .snapshot_bytes
+            .store(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let shared = Arc::clone(&self.shared);
         let snapshots = Arc::clone(&self.snapshots);
         let owned_meta = meta.clone();

@@ -210,7 +210,8 @@ def test_a_scripted_workload_moves_every_metric_by_exactly_what_it_did(node):
     families = {name for name, _ in expected} | {
         "baton_requests_refused_total", "baton_watch_resyncs_total", "baton_snapshots_built_total",
         "baton_snapshots_installed", "baton_raft_leader_changes_total", "baton_internal_errors_total",
-        "baton_leader_call_seconds_count", "baton_keepalives_total"}
+        "baton_leader_call_seconds_count", "baton_keepalives_total",
+        "baton_snapshot_build_seconds_count", "baton_snapshot_bytes"}
     for (name, l), value in after.items():
         if name in families and (name, l) not in expected:
             assert value == before.get((name, l), 0.0), (name, dict(l))
@@ -236,5 +237,8 @@ def test_a_scripted_workload_moves_every_metric_by_exactly_what_it_did(node):
                   "baton_waiting_requests"):
         assert types[gauge] == "gauge", gauge
         assert any(line.startswith(gauge + " ") for line in after_text.splitlines()), gauge
+    # Snapshot build time and size are exposed (no snapshot is built here).
+    assert types["baton_snapshot_build_seconds"] == "histogram"
+    assert types["baton_snapshot_bytes"] == "gauge"
     # No lock name became a label value.
     assert "m/a" not in after_text and "m/c" not in after_text

@@ -1,5 +1,6 @@
 //! What survives a restart, and what the raft layer is told while applying.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use baton_core::Outcome;
@@ -239,6 +240,19 @@ async fn installed_snapshot_replaces_state_and_is_announced() {
         .await
         .unwrap();
     let leader_revision = leader.shared().read().machine.revision();
+    // The build is measured: one duration, and the size of the file it wrote.
+    let built_bytes = {
+        use tokio::io::AsyncReadExt;
+        let mut bytes = Vec::new();
+        built.snapshot.read_to_end(&mut bytes).await.unwrap();
+        bytes.len() as u64
+    };
+    assert!(built_bytes > 0);
+    assert_eq!(leader.metrics().snapshot_build.count(), 1);
+    assert_eq!(
+        leader.metrics().snapshot_bytes.load(Ordering::Relaxed),
+        built_bytes
+    );
 
     // A builder taken before the install: its (older) build must not replace
     // the installed snapshot.
@@ -255,6 +269,10 @@ async fn installed_snapshot_replaces_state_and_is_announced() {
         .unwrap();
 
     assert_eq!(*recorder.installed.lock().unwrap(), vec![leader_revision]);
+    assert_eq!(
+        follower.metrics().snapshot_bytes.load(Ordering::Relaxed),
+        built_bytes
+    );
     assert_eq!(follower.shared().read().machine.revision(), leader_revision);
     assert_eq!(
         follower.shared().read().machine,
