@@ -293,7 +293,8 @@ async fn keep_alive_while(
 }
 
 /// Seconds from `due_at` until `baton_leases` is at most `remaining`, polled every
-/// 100 ms for up to `within_s` from now.
+/// 250 ms for up to `within_s` from now. Not more often: a scrape walks the whole
+/// state (a million locks here), and the poll must not become the load it measures.
 async fn gone_after(
     target: &Target,
     base: &str,
@@ -323,7 +324,7 @@ async fn gone_after(
         if now >= due_at && leases.is_some_and(|n| n <= remaining as u64) {
             return Some(now.duration_since(due_at).as_secs_f64());
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     None
 }

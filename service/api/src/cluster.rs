@@ -111,7 +111,20 @@ pub async fn readyz(state: web::Data<ApiState>) -> HttpResponse {
 /// lists them. No label value is ever a lock's or a lease's name.
 #[utoipa::path(get, operation_id = "metrics", path = "/metrics", tag = "health",
     responses((status = 200, content_type = "text/plain; version=0.0.4", body = String)))]
-pub async fn metrics(state: web::Data<ApiState>) -> HttpResponse {
+pub async fn metrics(state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
+    // The gauges walk the whole state (a copy of it: see `Node::view`), tens
+    // of milliseconds at a million holdings: on the blocking pool, not on this
+    // HTTP worker, whose other requests would wait for the walk.
+    let body = web::block(move || exposition(&state))
+        .await
+        .map_err(|e| ApiError::Internal(format!("metrics: {e}")))?;
+    Ok(HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(body))
+}
+
+/// The text of `/metrics`.
+fn exposition(state: &ApiState) -> String {
     let status = state.node.cluster();
     let counts = state.node.view().counts();
     let lines = [
@@ -174,7 +187,5 @@ pub async fn metrics(state: web::Data<ApiState>) -> HttpResponse {
     );
     state.node.write_metrics(&mut out);
     state.metrics.write(&mut out);
-    HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4")
-        .body(out.finish())
+    out.finish()
 }
