@@ -82,12 +82,29 @@ pub struct BenchArgs {
     /// The Markdown file to write.
     #[arg(long, default_value = "BENCHMARKS.md")]
     pub out: PathBuf,
-    /// How the Baton binary was built (written into BENCHMARKS.md).
-    #[arg(
-        long,
-        default_value = "dev profile as built by `make build` (dependencies at opt-level 2, Baton's own code at opt-level 1), not `make release`"
-    )]
-    pub baton_build: String,
+    /// How the Baton binary was built (written into BENCHMARKS.md; default: told
+    /// from its path, `.../release/` or `.../debug/`).
+    #[arg(long)]
+    pub baton_build: Option<String>,
+}
+
+impl BenchArgs {
+    /// How the Baton binary was built, in words.
+    pub fn baton_build(&self) -> String {
+        if let Some(said) = &self.baton_build {
+            return said.clone();
+        }
+        let parent = self
+            .baton_bin
+            .parent()
+            .and_then(|dir| dir.file_name())
+            .and_then(|name| name.to_str());
+        match parent {
+            Some("release") => "release profile as built by `make release` (the profile the image ships)".to_owned(),
+            Some("debug") => "dev profile as built by `make build` (dependencies at opt-level 2, Baton's own code at opt-level 1), not `make release`".to_owned(),
+            _ => format!("`{}` as given", self.baton_bin.display()),
+        }
+    }
 }
 
 /// A shared scenario's runs on one target.
@@ -409,4 +426,38 @@ fn write_pair_chart(dir: &Path, runs: &Runs) -> anyhow::Result<()> {
         crate::chart::svg(&title, &reports),
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    fn build_of(args: &[&str]) -> String {
+        let cli = Cli::try_parse_from(["bench"].iter().chain(args)).unwrap();
+        cli.args.baton_build()
+    }
+
+    #[test]
+    fn the_build_is_told_from_the_binary_path_unless_given() {
+        assert!(build_of(&["--baton-bin", "/t/release/baton"]).starts_with("release profile"));
+        assert!(build_of(&["--baton-bin", "/t/debug/baton"]).starts_with("dev profile"));
+        assert_eq!(
+            build_of(&["--baton-bin", "/usr/bin/baton"]),
+            "`/usr/bin/baton` as given"
+        );
+        assert_eq!(
+            build_of(&["--baton-bin", "/t/debug/baton", "--baton-build", "mine"]),
+            "mine"
+        );
+    }
 }

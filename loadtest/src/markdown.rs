@@ -357,7 +357,7 @@ fn header(out: &mut String, results: &Results) {
     let _ = writeln!(
         out,
         "**Baton binary:** {}. **etcd:** the Debian package (Go release build).\n",
-        a.baton_build
+        a.baton_build()
     );
 }
 
