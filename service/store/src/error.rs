@@ -30,6 +30,9 @@ pub enum StoreError {
     /// asks each builder once; its copy of the state went to the first build).
     #[error("this snapshot builder was already used")]
     BuilderUsed,
+    /// The snapshot thread ended without a result (it panicked).
+    #[error("the snapshot thread stopped before it finished")]
+    BuilderStopped,
     /// A value could not be serialized.
     #[error("cannot encode {what}: {source}")]
     Encode {

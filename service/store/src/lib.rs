@@ -24,7 +24,9 @@
 //!   [`ApplyObserver`] hook through which the raft layer hears about outcomes.
 //! - `snapshot`: what a persisted snapshot's bytes hold and where the current one is kept.
 //! - `snapshot_builder`: [`SnapshotBuilder`], building a snapshot off the state-machine
-//!   task.
+//!   task, on a thread of lowered priority.
+//! - `paced_sync`: writing a snapshot file with its data synced in steps, so the log's
+//!   syncs never wait behind one flush of the whole file.
 //! - `type_config`: [`TypeConfig`] and [`BatonNode`], the openraft types every crate
 //!   shares.
 //! - `codec`: how values and keys are laid out: a format-version byte then postcard,
@@ -41,6 +43,7 @@ mod db;
 mod error;
 mod log_store;
 mod metrics;
+mod paced_sync;
 mod shared;
 mod snapshot;
 mod snapshot_builder;

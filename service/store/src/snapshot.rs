@@ -15,8 +15,13 @@ use serde::{Deserialize, Serialize};
 use crate::codec::{decode, encode};
 use crate::db::{self, CF_SNAPSHOT, KEY_SNAPSHOT_FILE, KEY_SNAPSHOT_INLINE};
 use crate::error::StoreError;
+use crate::paced_sync::PacedSync;
 use crate::shared::AppliedState;
 use crate::type_config::{LogId, SnapshotMeta, StoredMembership};
+
+/// How much of a snapshot file is written between syncs of its data (see
+/// [`PacedSync`]): a few milliseconds of this disk's write bandwidth.
+const SYNC_STEP_BYTES: u64 = 8 << 20;
 
 /// The bytes of a snapshot, as sent to followers: self-describing, so a
 /// receiver can check them against the meta it was given.
@@ -297,18 +302,18 @@ impl SnapshotStore {
     fn write_staged(
         &self,
         seq: u64,
-        write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+        write: impl FnOnce(&mut BufWriter<PacedSync>) -> std::io::Result<()>,
     ) -> Result<PathBuf, StoreError> {
         let path = self.dir.join(format!("staged-{seq}.tmp"));
+        let synced = self.durability == crate::Durability::Synced;
         let result = (|| {
-            let mut out = BufWriter::with_capacity(1 << 20, File::create(&path)?);
+            let step = if synced { SYNC_STEP_BYTES } else { 0 };
+            let file = PacedSync::new(File::create(&path)?, step);
+            let mut out = BufWriter::with_capacity(1 << 20, file);
             write(&mut out)?;
-            let file = out
-                .into_inner()
-                .map_err(std::io::IntoInnerError::into_error)?;
-            if self.durability == crate::Durability::Synced {
-                file.sync_all()?;
-            }
+            out.into_inner()
+                .map_err(std::io::IntoInnerError::into_error)?
+                .finish(synced)?;
             Ok(())
         })();
         result.map_err(|source| {
