@@ -155,8 +155,9 @@ test-chaos: build
 .PHONY: bench bench-memory bench-cluster bench-scale bench-storm bench-shared test-loadtest test-overload
 BENCH_ARGS ?=
 # Benchmarks run the release build, the one the image ships: side by side with the
-# dev profile it uses a fifth less CPU per lock cycle (BENCHMARKS.md, "Release or
-# dev profile"). The first `make release` compiles RocksDB once more (about 25 min).
+# dev profile it uses about 11 % less CPU per lock cycle (BENCHMARKS.md, "Which build
+# the image and the benchmarks use"). The first `make release` compiles RocksDB once
+# more (about 25 min).
 BENCH_BIN := $(CARGO_TARGET_DIR)/release
 bench: release
 	@.ci/setup etcd

@@ -51,10 +51,19 @@ impl<A: Clone> Collection<A> for imbl::Vector<A> {
     }
 }
 
-/// Visits a map or a sequence into `C`, item by item.
-struct Items<C, T>(PhantomData<(C, T)>);
+/// Fills a `C` from `next` until it has no more items.
+fn filled<C: Collection<T>, T, E>(mut next: impl FnMut() -> Result<Option<T>, E>) -> Result<C, E> {
+    let mut collection = C::default();
+    while let Some(item) = next()? {
+        collection.add(item);
+    }
+    Ok(collection)
+}
 
-impl<'de, C, K, V> Visitor<'de> for Items<C, (K, V)>
+/// Visits a map into `C`, entry by entry.
+struct MapItems<C, T>(PhantomData<(C, T)>);
+
+impl<'de, C, K, V> Visitor<'de> for MapItems<C, (K, V)>
 where
     C: Collection<(K, V)>,
     K: Deserialize<'de>,
@@ -67,11 +76,7 @@ where
     }
 
     fn visit_map<M: MapAccess<'de>>(self, mut access: M) -> Result<C, M::Error> {
-        let mut collection = C::default();
-        while let Some(entry) = access.next_entry()? {
-            collection.add(entry);
-        }
-        Ok(collection)
+        filled(|| access.next_entry())
     }
 }
 
@@ -90,11 +95,7 @@ where
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut access: A) -> Result<C, A::Error> {
-        let mut collection = C::default();
-        while let Some(item) = access.next_element()? {
-            collection.add(item);
-        }
-        Ok(collection)
+        filled(|| access.next_element())
     }
 }
 
@@ -105,7 +106,7 @@ where
     K: Deserialize<'de> + Ord + Clone,
     V: Deserialize<'de> + Clone,
 {
-    deserializer.deserialize_map(Items(PhantomData))
+    deserializer.deserialize_map(MapItems(PhantomData))
 }
 
 /// `deserialize_with` for an [`imbl::GenericHashMap`] field.
@@ -118,7 +119,7 @@ where
     V: Deserialize<'de> + Clone,
     S: BuildHasher + Default + Clone,
 {
-    deserializer.deserialize_map(Items(PhantomData))
+    deserializer.deserialize_map(MapItems(PhantomData))
 }
 
 /// `deserialize_with` for an [`imbl::OrdSet`] field.
