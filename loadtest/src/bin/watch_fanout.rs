@@ -8,17 +8,24 @@
 //! fan-out together). Memory is the server's resident set (`VmRSS` of
 //! `--server-pid`) before the watchers connect and once they all have.
 //!
-//! Needs file descriptors: `ulimit -n 65536` for both this and the server.
+//! Every stream is one descriptor on each side. A process's open-file limit
+//! (20,000 on some machines, not raisable without privileges) caps the streams
+//! one client process can hold, so `--processes N` spreads the watchers over N
+//! child processes of this program (`--child`: open the streams, say
+//! `connected <n>` on stdout, wait for a line on stdin, then print what they
+//! saw as one JSON line), while this process writes and merges the results.
 
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tokio::sync::{Mutex, Semaphore};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::Semaphore;
 
 /// Watch fan-out load test.
 #[derive(Debug, Parser)]
@@ -45,6 +52,12 @@ struct Args {
     /// Write the JSON report here (default: stdout).
     #[arg(long)]
     report: Option<std::path::PathBuf>,
+    /// Child processes that hold the streams (0: this process holds them).
+    #[arg(long, default_value_t = 0)]
+    processes: usize,
+    /// Run as one of those children (internal).
+    #[arg(long, hide = true)]
+    child: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -55,6 +68,7 @@ struct Report {
     events_expected_per_watcher: u64,
     events_received: u64,
     resyncs: u64,
+    failed_watchers: u64,
     server_rss_kib_before: Option<u64>,
     server_rss_kib_connected: Option<u64>,
     server_rss_kib_after: Option<u64>,
@@ -83,6 +97,14 @@ fn rss_kib(pid: Option<u32>) -> Option<u64> {
         .ok()
 }
 
+/// Microseconds of the system clock: the writer and watchers in other
+/// processes on the same machine read the same clock.
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as u64)
+}
+
 /// What one watcher saw.
 struct Seen {
     histogram: Histogram<u64>,
@@ -90,12 +112,218 @@ struct Seen {
     resyncs: u64,
 }
 
+/// What a group of watchers saw, as a child process reports it: the latency
+/// histogram as `(value, count)` pairs.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct GroupReport {
+    events: u64,
+    resyncs: u64,
+    failed: u64,
+    latency_us: Vec<(u64, u64)>,
+}
+
+/// Watchers opened by this process: their tasks and the signal that stops them.
+struct Watchers {
+    connected: usize,
+    tasks: Vec<tokio::task::JoinHandle<anyhow::Result<Seen>>>,
+    stop: Arc<tokio::sync::Notify>,
+}
+
+impl Watchers {
+    /// Opens `count` streams, at most `concurrency` at a time, and returns once
+    /// each has sent its first bookmark (or failed).
+    async fn open(url: &str, count: usize, concurrency: usize) -> anyhow::Result<Self> {
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()?;
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let permits = Arc::new(Semaphore::new(concurrency));
+        let mut tasks = Vec::with_capacity(count);
+        let mut ready = Vec::with_capacity(count);
+        for _ in 0..count {
+            let permit = permits.clone().acquire_owned().await?;
+            let (signal, connected) = tokio::sync::oneshot::channel();
+            tasks.push(tokio::spawn(watcher(
+                client.clone(),
+                url.to_owned(),
+                signal,
+                stop.clone(),
+            )));
+            ready.push(tokio::spawn(async move {
+                let ok = connected.await.is_ok();
+                drop(permit);
+                ok
+            }));
+        }
+        let mut connected = 0;
+        for signal in ready {
+            if signal.await.unwrap_or(false) {
+                connected += 1;
+            }
+        }
+        Ok(Watchers {
+            connected,
+            tasks,
+            stop,
+        })
+    }
+
+    /// Stops every watcher and adds up what they saw.
+    async fn finish(self) -> anyhow::Result<GroupReport> {
+        self.stop.notify_waiters();
+        let mut histogram = Histogram::<u64>::new(3)?;
+        let mut report = GroupReport::default();
+        for task in self.tasks {
+            match task.await.context("watcher task")? {
+                Ok(seen) => {
+                    histogram.add(&seen.histogram)?;
+                    report.events += seen.events;
+                    report.resyncs += seen.resyncs;
+                }
+                Err(error) => {
+                    report.failed += 1;
+                    eprintln!("watcher failed: {error}");
+                }
+            }
+        }
+        report.latency_us = histogram
+            .iter_recorded()
+            .map(|value| (value.value_iterated_to(), value.count_at_value()))
+            .collect();
+        Ok(report)
+    }
+}
+
+/// Who holds the streams: this process or its children.
+enum Holders {
+    Here(Watchers),
+    Children(Children),
+}
+
+impl Holders {
+    fn connected(&self) -> usize {
+        match self {
+            Holders::Here(watchers) => watchers.connected,
+            Holders::Children(children) => children.connected,
+        }
+    }
+
+    /// Stops the watchers; what they saw, with the merged latency histogram.
+    async fn finish(self) -> anyhow::Result<(GroupReport, Histogram<u64>)> {
+        match self {
+            Holders::Here(watchers) => {
+                let seen = watchers.finish().await?;
+                let mut histogram = Histogram::<u64>::new(3)?;
+                for &(value, count) in &seen.latency_us {
+                    histogram.record_n(value, count)?;
+                }
+                Ok((seen, histogram))
+            }
+            Holders::Children(children) => children.finish().await,
+        }
+    }
+}
+
+/// `--child`: holds `--watchers` streams until a line arrives on stdin.
+async fn child(args: &Args, url: &str) -> anyhow::Result<()> {
+    let watchers = Watchers::open(url, args.watchers, args.connect_concurrency).await?;
+    let mut stdout = tokio::io::stdout();
+    stdout
+        .write_all(format!("connected {}\n", watchers.connected).as_bytes())
+        .await?;
+    stdout.flush().await?;
+    let mut line = String::new();
+    BufReader::new(tokio::io::stdin())
+        .read_line(&mut line)
+        .await?;
+    let report = watchers.finish().await?;
+    let mut text = serde_json::to_string(&report)?;
+    text.push('\n');
+    stdout.write_all(text.as_bytes()).await?;
+    stdout.flush().await?;
+    Ok(())
+}
+
+/// The child processes holding the streams, with their pipes.
+struct Children {
+    children: Vec<(
+        tokio::process::Child,
+        BufReader<tokio::process::ChildStdout>,
+    )>,
+    connected: usize,
+}
+
+impl Children {
+    /// Starts `processes` children sharing `watchers` streams; returns once
+    /// each has opened its own.
+    async fn start(args: &Args) -> anyhow::Result<Self> {
+        let program = std::env::current_exe()?;
+        let mut children = Vec::with_capacity(args.processes);
+        let mut connected = 0;
+        for index in 0..args.processes {
+            let share = args.watchers / args.processes
+                + usize::from(index < args.watchers % args.processes);
+            let mut child = tokio::process::Command::new(&program)
+                .args(["--child", "--target", &args.target])
+                .args(["--watchers", &share.to_string()])
+                .args([
+                    "--connect-concurrency",
+                    &args.connect_concurrency.to_string(),
+                ])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()?;
+            let stdout = child.stdout.take().context("child stdout")?;
+            children.push((child, BufReader::new(stdout)));
+        }
+        for (_, stdout) in &mut children {
+            let mut line = String::new();
+            stdout.read_line(&mut line).await?;
+            let count = line
+                .strip_prefix("connected ")
+                .and_then(|rest| rest.trim().parse::<usize>().ok())
+                .with_context(|| format!("a child said {line:?}"))?;
+            connected += count;
+        }
+        Ok(Children {
+            children,
+            connected,
+        })
+    }
+
+    /// Stops every child and merges their reports.
+    async fn finish(self) -> anyhow::Result<(GroupReport, Histogram<u64>)> {
+        let mut histogram = Histogram::<u64>::new(3)?;
+        let mut total = GroupReport::default();
+        for (mut child, mut stdout) in self.children {
+            child
+                .stdin
+                .take()
+                .context("child stdin")?
+                .write_all(b"stop\n")
+                .await?;
+            let mut line = String::new();
+            stdout.read_line(&mut line).await?;
+            let report: GroupReport =
+                serde_json::from_str(&line).with_context(|| format!("a child said {line:?}"))?;
+            child.wait().await?;
+            total.events += report.events;
+            total.resyncs += report.resyncs;
+            total.failed += report.failed;
+            for (value, count) in report.latency_us {
+                histogram.record_n(value, count)?;
+            }
+        }
+        Ok((total, histogram))
+    }
+}
+
 /// Opens one stream, signals once it is connected (first bookmark), then reads
 /// until `stop`.
 async fn watcher(
     client: reqwest::Client,
     url: String,
-    epoch: Instant,
     connected: tokio::sync::oneshot::Sender<()>,
     stop: Arc<tokio::sync::Notify>,
 ) -> anyhow::Result<Seen> {
@@ -120,7 +348,7 @@ async fn watcher(
         let Some(chunk) = chunk else {
             return Ok(seen);
         };
-        let received = epoch.elapsed().as_micros() as u64;
+        let received = now_us();
         buffer.extend_from_slice(&chunk);
         while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
             let frame: Vec<u8> = buffer.drain(..end + 2).collect();
@@ -161,40 +389,17 @@ async fn post(client: &reqwest::Client, url: &str, body: &Value) -> anyhow::Resu
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let base = args.target.trim_end_matches('/').to_owned();
-    let epoch = Instant::now();
-    let rss_before = rss_kib(args.server_pid);
-
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()?;
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let permits = Arc::new(Semaphore::new(args.connect_concurrency));
     let url = format!("{base}/v1/watch?kinds=lock&prefix=fanout/");
-    let mut tasks = Vec::with_capacity(args.watchers);
-    let mut ready = Vec::with_capacity(args.watchers);
-    for _ in 0..args.watchers {
-        let permit = permits.clone().acquire_owned().await?;
-        let (signal, connected) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(watcher(
-            client.clone(),
-            url.clone(),
-            epoch,
-            signal,
-            stop.clone(),
-        ));
-        tasks.push(task);
-        ready.push(tokio::spawn(async move {
-            let ok = connected.await.is_ok();
-            drop(permit);
-            ok
-        }));
+    if args.child {
+        return child(&args, &url).await;
     }
-    let mut connected = 0;
-    for signal in ready {
-        if signal.await.unwrap_or(false) {
-            connected += 1;
-        }
-    }
+    let rss_before = rss_kib(args.server_pid);
+    let holders = if args.processes == 0 {
+        Holders::Here(Watchers::open(&url, args.watchers, args.connect_concurrency).await?)
+    } else {
+        Holders::Children(Children::start(&args).await?)
+    };
+    let connected = holders.connected();
     // Let the server settle before reading its memory.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_connected = rss_kib(args.server_pid);
@@ -205,7 +410,7 @@ async fn main() -> anyhow::Result<()> {
     let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
     while Instant::now() < until {
         ticker.tick().await;
-        let sent = epoch.elapsed().as_micros() as u64;
+        let sent = now_us();
         let grant = post(
             &writer,
             &format!("{base}/v1/locks/fanout/lock:acquire"),
@@ -223,28 +428,15 @@ async fn main() -> anyhow::Result<()> {
     // Give the last events time to reach every watcher.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss_after = rss_kib(args.server_pid);
-    stop.notify_waiters();
-
-    let histogram = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
-    let (mut events, mut resyncs) = (0, 0);
-    for task in tasks {
-        match task.await.context("watcher task")? {
-            Ok(seen) => {
-                histogram.lock().await.add(&seen.histogram)?;
-                events += seen.events;
-                resyncs += seen.resyncs;
-            }
-            Err(error) => eprintln!("watcher failed: {error}"),
-        }
-    }
-    let h = histogram.lock().await;
+    let (seen, h) = holders.finish().await?;
     let report = Report {
         watchers: args.watchers,
         connected,
         writer_cycles: cycles,
         events_expected_per_watcher: cycles,
-        events_received: events,
-        resyncs,
+        events_received: seen.events,
+        resyncs: seen.resyncs,
+        failed_watchers: seen.failed,
         server_rss_kib_before: rss_before,
         server_rss_kib_connected: rss_connected,
         server_rss_kib_after: rss_after,

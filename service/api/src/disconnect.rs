@@ -5,16 +5,23 @@
 //! `wait_ms` ran out. Each connection's socket is duplicated when it is accepted;
 //! a waiting handler watches its duplicate and gives up (which cancels its wait
 //! through the log) as soon as the peer closes.
+//!
+//! A connection that turns into a watch stream gives its duplicate up
+//! ([`hand_over_to_stream`]): a stream needs no hang-up watch (actix ends it
+//! when the peer goes), and twenty thousand streams must fit a process's file
+//! limit at one descriptor each.
 
 use std::any::Any;
+use std::cell::RefCell;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 use actix_web::dev::Extensions;
 use actix_web::HttpRequest;
 
-/// A duplicate of the connection's socket, stored in the connection's data.
-pub struct PeerSocket(OwnedFd);
+/// A duplicate of the connection's socket, stored in the connection's data;
+/// empty once the connection became a stream.
+pub struct PeerSocket(RefCell<Option<OwnedFd>>);
 
 /// The TLS stream type of an https listener.
 type TlsStream = actix_tls::accept::rustls_0_23::TlsStream<actix_web::rt::net::TcpStream>;
@@ -35,7 +42,7 @@ pub fn on_connect(connection: &dyn Any, data: &mut Extensions) {
         None
     };
     if let Some(fd) = tcp.and_then(|stream| stream.as_fd().try_clone_to_owned().ok()) {
-        data.insert(PeerSocket(fd));
+        data.insert(PeerSocket(RefCell::new(Some(fd))));
     }
 }
 
@@ -49,7 +56,7 @@ pub struct ClientCertificate(pub rustls::pki_types::CertificateDer<'static>);
 pub async fn client_gone(request: &HttpRequest) {
     let stream = request
         .conn_data::<PeerSocket>()
-        .and_then(|socket| socket.0.try_clone().ok())
+        .and_then(|socket| socket.0.borrow().as_ref()?.try_clone().ok())
         .map(std::net::TcpStream::from)
         .and_then(|stream| tokio::net::TcpStream::from_std(stream).ok());
     let Some(stream) = stream else {
@@ -74,4 +81,19 @@ pub async fn client_gone(request: &HttpRequest) {
             Err(_) => return,
         }
     }
+}
+
+/// Closes the duplicate of an HTTP/1 connection whose answer is a long-lived
+/// stream, and says whether it did: the caller must then close the connection
+/// after the stream (`Connection: close`), since a later request on it could
+/// no longer notice a hang-up. An HTTP/2 connection keeps its duplicate: its
+/// other requests may still wait.
+pub fn hand_over_to_stream(request: &HttpRequest) -> bool {
+    if request.version() >= actix_web::http::Version::HTTP_2 {
+        return false;
+    }
+    request
+        .conn_data::<PeerSocket>()
+        .and_then(|socket| socket.0.borrow_mut().take())
+        .is_some()
 }

@@ -23,6 +23,7 @@ use serde_json::json;
 use utoipa::IntoParams;
 
 use crate::auth::{AuthPolicy, Caller, Kind};
+use crate::disconnect::hand_over_to_stream;
 use crate::error::{ApiError, Problem};
 use crate::request::checked_name;
 use crate::request_metrics::RequestMetrics;
@@ -242,7 +243,11 @@ fn open(
         revocation,
         ended: false,
     };
-    Ok(HttpResponse::Ok()
+    let mut response = HttpResponse::Ok();
+    if hand_over_to_stream(request) {
+        response.force_close();
+    }
+    Ok(response
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         // Tells nginx-style proxies not to buffer the stream.

@@ -29,6 +29,7 @@ mod dev_certs;
 mod dev_cluster;
 mod event_stream;
 mod inspect;
+mod open_files;
 mod otlp_transport;
 mod probe;
 mod proxy;
@@ -66,6 +67,7 @@ fn init_telemetry(args: &ServeArgs) -> anyhow::Result<telemetry::Telemetry> {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     args.validate().map_err(anyhow::Error::msg)?;
+    open_files::raise_and_report();
     if let Some(targets) = args.proxy.clone() {
         return serve_proxy(&args, &targets).await;
     }

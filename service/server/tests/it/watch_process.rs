@@ -111,3 +111,67 @@ async fn sigterm_ends_streams_and_a_restart_resumes_them() {
     server.kill().unwrap();
     server.wait().unwrap();
 }
+
+/// Open descriptors of a process.
+fn open_descriptors(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// A watch stream costs the server one descriptor, its socket, so 20,000
+/// streams fit a 20,000-file limit less a few dozen; its connection used to
+/// keep a second one, the duplicate that notices hung-up waiters. The stream's
+/// connection closes after it (`Connection: close`), and the descriptors are
+/// given back once the clients go (the server notices at its next write:
+/// bookmarks every 100 ms here).
+#[tokio::test]
+async fn a_watch_stream_costs_the_server_one_descriptor() {
+    const STREAMS: usize = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut server = start(dir.path(), port).await;
+    let pid = server.id();
+    let client = reqwest::Client::new();
+    // Whatever the server opens lazily on its first requests is open by now.
+    drop(open(&client, format!("{base}/v1/watch")).await);
+    let idle = harness::eventually(Duration::from_secs(10), || async {
+        let count = open_descriptors(pid);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        (open_descriptors(pid) == count).then_some(count)
+    })
+    .await
+    .expect("the server's descriptors never settled");
+
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        // One connection each: reqwest never shares an HTTP/1 connection
+        // between requests in flight.
+        let url = format!("{base}/v1/watch?kinds=lock&bookmark_ms=100");
+        streams.push(open(&client, url).await);
+    }
+    let with_streams = open_descriptors(pid);
+    let per_stream = (with_streams - idle) as f64 / STREAMS as f64;
+    assert!(
+        (1.0..1.5).contains(&per_stream),
+        "{per_stream} descriptors per stream ({idle} idle, {with_streams} with {STREAMS} streams)"
+    );
+
+    for stream in &streams {
+        let connection = stream.headers().get("connection");
+        assert_eq!(connection.map(|v| v.to_str().unwrap()), Some("close"));
+    }
+    drop(streams);
+    let released = harness::eventually(Duration::from_secs(10), || async {
+        (open_descriptors(pid) <= idle + STREAMS / 10).then_some(())
+    })
+    .await;
+    assert!(
+        released.is_some(),
+        "{} descriptors open after the clients left ({idle} idle)",
+        open_descriptors(pid)
+    );
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
