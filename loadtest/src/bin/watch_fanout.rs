@@ -15,6 +15,12 @@
 //! `connected <n>` on stdout, wait for a line on stdin, then print what they
 //! saw as one JSON line), while this process writes and merges the results.
 
+// The load generator's CPU probe, shared as a source file: this binary does not
+// link the `baton-loadtest` crate.
+#[allow(dead_code)]
+#[path = "../probe.rs"]
+mod probe;
+
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -73,6 +79,8 @@ struct Report {
     server_rss_kib_connected: Option<u64>,
     server_rss_kib_after: Option<u64>,
     server_kib_per_watcher: Option<f64>,
+    /// The server's CPU while the writer ran, in cores.
+    server_cpu_cores: Option<f64>,
     delivery_latency_us: Latency,
 }
 
@@ -404,6 +412,9 @@ async fn main() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_connected = rss_kib(args.server_pid);
 
+    let server_cpu = args
+        .server_pid
+        .and_then(|pid| probe::CpuProbe::start(&pid.to_string()));
     let writer = reqwest::Client::new();
     let mut cycles = 0u64;
     let until = Instant::now() + Duration::from_secs_f64(args.duration_s);
@@ -425,6 +436,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
         cycles += 1;
     }
+    let server_cpu_cores = server_cpu.and_then(|cpu| cpu.cores());
     // Give the last events time to reach every watcher.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss_after = rss_kib(args.server_pid);
@@ -443,6 +455,7 @@ async fn main() -> anyhow::Result<()> {
         server_kib_per_watcher: rss_before
             .zip(rss_connected)
             .map(|(before, after)| (after as f64 - before as f64) / connected.max(1) as f64),
+        server_cpu_cores,
         delivery_latency_us: Latency {
             samples: h.len(),
             p50: h.value_at_quantile(0.5),
