@@ -39,8 +39,11 @@ pub struct NodeConfig {
     pub heartbeat: Duration,
     /// Raft election timeout range (lower bound; the upper is twice it).
     pub election_timeout: Duration,
-    /// Build a snapshot (and purge the log behind it) after this many entries.
+    /// Build a snapshot (and purge the log behind it) after this many entries...
     pub snapshot_every: u64,
+    /// ...once the log written since the last snapshot is this many times that
+    /// snapshot's size (0: entries only). See `snapshot_schedule`.
+    pub snapshot_log_ratio: f64,
     /// Shared secret that peers present on the Raft listener: this node sends it
     /// and accepts it.
     pub cluster_secret: Option<String>,
@@ -84,6 +87,7 @@ impl NodeConfig {
             heartbeat: Duration::from_millis(100),
             election_timeout: Duration::from_millis(500),
             snapshot_every: 20_000,
+            snapshot_log_ratio: 1.0,
             cluster_secret: None,
             also_accepted_secrets: Vec::new(),
             tls: None,

@@ -37,6 +37,8 @@
 //!   encoded once.
 //! - `metrics`: [`NodeMetrics`], what a node counts (grants, releases, waits, hold
 //!   times, proposals, leader changes, calls to the leader) and [`Node::write_metrics`].
+//! - `snapshot_schedule`: [`SnapshotSchedule`], when a node builds a snapshot: after
+//!   `snapshot_every` entries, once as much log was written as the last snapshot holds.
 //! - `membership`: adding members (learner first, voter once caught up) and removing
 //!   them, on the leader.
 //! - `handover`: a leader handing over to a caught-up voter before it shuts down.
@@ -60,6 +62,7 @@ mod node;
 mod peer_server;
 mod proposer;
 mod routing;
+mod snapshot_schedule;
 mod tls;
 pub mod trace_context;
 mod waiters;
@@ -78,6 +81,7 @@ pub use network::{peer_http_client, HttpNetwork, CLUSTER_SECRET_HEADER};
 pub use node::{ClusterStatus, Member, Node, StartError};
 pub use peer_server::{peer_routes, secret_matches};
 pub use proposer::{wall_clock_ms, InFlight, Proposer};
+pub use snapshot_schedule::SnapshotSchedule;
 pub use tls::{client_config_trusting, Tls, TlsError, TlsFiles};
 pub use waiters::{WaitEnd, WaiterRegistry};
 pub use waiting::{QueueKind, Waited};

@@ -168,7 +168,7 @@ impl ProposerMetrics {
 /// [`ProposerMetrics`], the storage's in [`StoreMetrics`]).
 #[derive(Debug)]
 pub struct NodeMetrics {
-    store: Arc<StoreMetrics>,
+    pub(crate) store: Arc<StoreMetrics>,
     grants: [Counter; 4],
     releases: [[Counter; 4]; 4],
     hold_seconds: [Histogram; 4],
@@ -460,6 +460,11 @@ impl Node {
             "baton_log_entries_appended_total",
             "Log entries appended and synced on this node (its own proposals and replicated ones).",
             &self.metrics.store.entries_appended,
+        );
+        out.counter(
+            "baton_log_bytes_appended_total",
+            "Bytes of log entries appended on this node, as encoded: the snapshot schedule weighs them against the last snapshot's size.",
+            &self.metrics.store.log_bytes_appended,
         );
         out.histogram(
             "baton_log_append_seconds",

@@ -17,6 +17,7 @@ use crate::lease_clock::LeaseClock;
 use crate::metrics::NodeMetrics;
 use crate::network::{peer_http_client, HttpNetwork};
 use crate::proposer::{wall_clock_ms, Proposer};
+use crate::snapshot_schedule::SnapshotSchedule;
 use crate::waiters::WaiterRegistry;
 use crate::waiting::{QueueKind, Waited};
 use crate::watch_hub::WatchHub;
@@ -156,7 +157,9 @@ impl Node {
             // Entries are batches of up to `max_batch` requests: a few dozen per
             // append keep a catching-up request bounded.
             max_payload_entries: 64,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every.max(10)),
+            // `snapshot_schedule` asks for snapshots: it also weighs the log
+            // written against the last snapshot's size.
+            snapshot_policy: SnapshotPolicy::Never,
             max_in_snapshot_log_to_keep: config.snapshot_every.clamp(10, 1_000),
             ..Config::default()
         }
@@ -210,6 +213,11 @@ impl Node {
         tokio::spawn(watch_leadership(node.clone()));
         tokio::spawn(run_lease_clock(node.clone()));
         tokio::spawn(crate::metrics::count_leader_changes(node.clone()));
+        let schedule = SnapshotSchedule {
+            every: node.config.snapshot_every.max(10),
+            log_ratio: node.config.snapshot_log_ratio,
+        };
+        tokio::spawn(crate::snapshot_schedule::run(node.clone(), schedule));
         Ok(node)
     }
 

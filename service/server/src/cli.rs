@@ -266,9 +266,14 @@ pub struct ServeArgs {
     /// batching").
     #[arg(long, env = "BATON_MAX_IN_FLIGHT")]
     pub max_in_flight: Option<usize>,
-    /// Build a snapshot after this many log entries.
+    /// Build a snapshot after this many log entries...
     #[arg(long, env = "BATON_SNAPSHOT_EVERY", default_value_t = 20_000)]
     pub snapshot_every: u64,
+    /// ...once the log written since the last snapshot is this many times its
+    /// size (0: entries only). A large state is then not rebuilt every few
+    /// seconds: snapshots never write more than 1/ratio of what the log did.
+    #[arg(long, env = "BATON_SNAPSHOT_LOG_RATIO", default_value_t = 1.0)]
+    pub snapshot_log_ratio: f64,
     /// HTTP worker threads (default: number of cores).
     #[arg(long, env = "BATON_HTTP_WORKERS")]
     pub http_workers: Option<usize>,
@@ -332,6 +337,9 @@ impl ServeArgs {
         }
         if !(1..=10_000).contains(&self.watch_bookmark_ms) {
             return Err("--watch-bookmark-ms must be between 1 and 10000".into());
+        }
+        if !(0.0..=1_000.0).contains(&self.snapshot_log_ratio) {
+            return Err("--snapshot-log-ratio must be between 0 and 1000".into());
         }
         Ok(())
     }
@@ -421,6 +429,7 @@ impl ServeArgs {
         config.max_queued = self.max_queued_proposals;
         config.max_in_flight = self.max_in_flight.map_or(InFlight::Auto, InFlight::Fixed);
         config.snapshot_every = self.snapshot_every;
+        config.snapshot_log_ratio = self.snapshot_log_ratio;
         config.lease_tick = Duration::from_millis(50);
         config.heartbeat = Duration::from_millis(self.heartbeat_ms);
         config.election_timeout = Duration::from_millis(self.election_timeout_ms);
@@ -494,6 +503,29 @@ fn node_id_from_hostname(hostname: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn serve_args(extra: &[&str]) -> ServeArgs {
+        let cli = Cli::try_parse_from(["baton", "serve"].iter().chain(extra)).expect("parses");
+        match cli.command {
+            Command::Serve(args) => *args,
+            _ => panic!("not serve"),
+        }
+    }
+
+    #[test]
+    fn the_snapshot_log_ratio_must_be_a_sensible_multiple() {
+        assert_eq!(serve_args(&[]).validate(), Ok(()));
+        assert_eq!(
+            serve_args(&["--snapshot-log-ratio", "0"]).validate(),
+            Ok(())
+        );
+        for bad in ["-1", "NaN", "1001"] {
+            let args = serve_args(&[&format!("--snapshot-log-ratio={bad}")]);
+            assert!(args.validate().is_err(), "{bad} was accepted");
+        }
+        let config = serve_args(&["--snapshot-log-ratio", "0.5"]);
+        assert_eq!(config.snapshot_log_ratio, 0.5);
+    }
 
     #[test]
     fn peers_parse_and_reject_nonsense() {

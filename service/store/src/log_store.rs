@@ -155,14 +155,18 @@ impl LogStore {
         let started = stage_times::recording().then(std::time::SystemTime::now);
         let mut indexes = None;
         let mut count = 0;
+        let mut bytes = 0;
         for entry in entries {
             count += 1;
             let index = entry.log_id.index;
             indexes = Some((indexes.map_or(index, |(first, _)| first), index));
-            batch.put_cf(cf, log_key(index), encode("log entry", &entry)?);
+            let encoded = encode("log entry", &entry)?;
+            bytes += encoded.len() as u64;
+            batch.put_cf(cf, log_key(index), encoded);
         }
         self.db.write_opt(batch, &self.durable_write())?;
         self.metrics.entries_appended.add(count);
+        self.metrics.log_bytes_appended.add(bytes);
         if let (Some(started), Some((first, last))) = (started, indexes) {
             stage_times::appended(first, last, started);
         }

@@ -22,6 +22,9 @@ pub struct StoreMetrics {
     /// Log entries appended (and synced) on this node: proposed here as leader
     /// or replicated from the leader.
     pub entries_appended: Counter,
+    /// Bytes of those entries as written (encoded, before RocksDB's own
+    /// framing): what the snapshot schedule weighs against a snapshot's size.
+    pub log_bytes_appended: Counter,
     /// Snapshots this node built from its own state.
     pub snapshots_built: Counter,
     /// Duration of each snapshot build: encoding the state, writing and
@@ -42,6 +45,7 @@ impl Default for StoreMetrics {
         StoreMetrics {
             append: Histogram::new(DISK_SECONDS),
             entries_appended: Counter::new(),
+            log_bytes_appended: Counter::new(),
             snapshots_built: Counter::new(),
             snapshot_build: Histogram::new(CALL_SECONDS),
             snapshot_bytes: AtomicU64::new(0),

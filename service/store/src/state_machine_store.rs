@@ -62,6 +62,9 @@ impl StateMachineStore {
         let applied = match snapshots.read_current()? {
             Some((meta, data)) => {
                 let applied = SnapshotEnvelope::decode_for(&meta, &data)?.restore(&meta)?;
+                metrics
+                    .snapshot_bytes
+                    .store(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 tracing::info!(snapshot = %meta, revision = applied.machine.revision(), "restored state from snapshot");
                 applied
             }

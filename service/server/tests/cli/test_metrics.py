@@ -220,6 +220,9 @@ def test_a_scripted_workload_moves_every_metric_by_exactly_what_it_did(node):
     entries = delta("baton_proposal_batch_size_count")
     assert entries >= 1
     assert delta("baton_log_entries_appended_total") == entries
+    # Their bytes as encoded (what the snapshot schedule weighs): every entry
+    # carries at least its log id and one request.
+    assert delta("baton_log_bytes_appended_total") >= 20 * entries
     assert delta("baton_log_append_seconds_count") == entries
     assert delta("baton_commit_apply_lag_seconds_count") == entries
 

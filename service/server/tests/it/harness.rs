@@ -123,9 +123,15 @@ fn random_u64() -> u64 {
 /// Starts a single-node server on `port` (its peer listener on a free port, so
 /// tests can run in parallel) and waits until it is ready.
 pub async fn start_single(data_dir: &std::path::Path, port: u16) -> Child {
+    start_single_with(data_dir, port, &[]).await
+}
+
+/// [`start_single`] with more `serve` options.
+pub async fn start_single_with(data_dir: &std::path::Path, port: u16, extra: &[&str]) -> Child {
     let mut child = Command::new(baton_bin())
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .args(["--raft-listen", "127.0.0.1:0"])
+        .args(extra)
         .arg("--data-dir")
         .arg(data_dir)
         .env("BATON_LOG", "warn")
@@ -540,20 +546,24 @@ impl Cluster {
 
     /// A gauge from node `id`'s `/metrics`.
     pub async fn metric(&self, id: u64, name: &str) -> f64 {
-        let text = self
-            .client
-            .get(format!("{}/metrics", self.node(id).api))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find_map(|line| line.strip_prefix(&format!("{name} ")))
-            .and_then(|value| value.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no metric {name}"))
+        metric(&self.client, &self.node(id).api, name).await
     }
+}
+
+/// An unlabelled sample from the `/metrics` of the node at `base`.
+pub async fn metric(client: &reqwest::Client, base: &str, name: &str) -> f64 {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} ")))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name}"))
 }
 
 /// Writes a test CA, a node certificate for 127.0.0.1 and a client certificate

@@ -335,3 +335,86 @@ async fn the_server_raises_its_soft_open_file_limit_to_the_hard_one() {
     assert_ne!(hard, "256", "the test needs a hard limit above 256");
     assert_eq!(soft, hard);
 }
+
+/// With a large state, a snapshot waits until the log written since the last
+/// one is as large as that snapshot (`--snapshot-log-ratio`, default 1), not
+/// just for `--snapshot-every` entries: at a million holdings, counting entries
+/// alone rebuilt a 110 MiB state every few seconds.
+#[tokio::test]
+async fn a_large_state_is_snapshotted_again_only_after_as_much_log() {
+    const LOCKS: usize = 3_000;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let extra = ["--snapshot-every", "10"];
+    let mut child = harness::start_single_with(dir.path(), port, &extra).await;
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let metric = |name: &'static str| {
+        let (client, base) = (client.clone(), base.clone());
+        async move { harness::metric(&client, &base, name).await as u64 }
+    };
+    // A state of about 90 KiB: locks on hour-long leases, 50 at a time.
+    for chunk in 0..LOCKS / 50 {
+        let calls = (0..50).map(|i| {
+            call(
+                &client,
+                reqwest::Method::POST,
+                format!("{base}/v1/locks/big/{chunk}-{i}:acquire"),
+                json!({"ttl_ms": 3_600_000}),
+            )
+        });
+        for (status, body) in futures_util::future::join_all(calls).await {
+            assert_eq!(status, 200, "{body}");
+        }
+    }
+    let (_, lease) = call(
+        &client,
+        reqwest::Method::POST,
+        format!("{base}/v1/leases"),
+        json!({"ttl_ms": 3_600_000}),
+    )
+    .await;
+    // Settled: no build under way and none due (the count holds still for 2 s).
+    let settled = harness::eventually(Duration::from_secs(60), || async {
+        let built = metric("baton_snapshots_built_total").await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        (built > 0 && metric("baton_snapshots_built_total").await == built).then_some(built)
+    })
+    .await
+    .expect("the snapshots never settled");
+    let size = metric("baton_snapshot_bytes").await;
+    let log_before = metric("baton_log_bytes_appended_total").await;
+    assert!(size > 50_000, "a snapshot of {size} bytes");
+
+    // Small writes, each entry far below the snapshot's size: the next
+    // snapshot comes only once they add up to it.
+    for step in 0.. {
+        let (status, grant) = call(
+            &client,
+            reqwest::Method::POST,
+            format!("{base}/v1/locks/small:acquire"),
+            json!({"lease_id": lease["lease_id"]}),
+        )
+        .await;
+        assert_eq!(status, 200, "{grant}");
+        let (status, _) = call(
+            &client,
+            reqwest::Method::POST,
+            format!("{base}/v1/locks/small:release"),
+            json!({"lease_id": lease["lease_id"], "token": grant["token"]}),
+        )
+        .await;
+        assert_eq!(status, 200);
+        if metric("baton_snapshots_built_total").await > settled {
+            let written = metric("baton_log_bytes_appended_total").await - log_before;
+            assert!(
+                written >= size,
+                "a snapshot after {written} bytes of log ({step} cycles), below the last snapshot's {size}"
+            );
+            break;
+        }
+        assert!(step < 20_000, "no snapshot after {step} cycles");
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
