@@ -74,7 +74,7 @@ mod spec_rules;
 mod state;
 pub mod watch;
 
-pub use disconnect::{client_gone, on_connect, ClientCertificate};
+pub use disconnect::{client_gone, hand_over_to_stream, on_connect, ClientCertificate};
 pub use openapi::{openapi_json, ApiDoc};
 pub use routes::{configure, route_table, RouteEntry};
 pub use state::{ApiSettings, ApiState};

@@ -197,7 +197,7 @@ async fn forward_once(
             () = baton_api::client_gone(&http) => return ApiError::ClientGone.error_response(),
         };
         match sent {
-            Ok(response) => return relay(response),
+            Ok(response) => return relay(&http, response),
             Err(error) if error.is_connect() || retry_safe => {
                 last_error = format!("{base}: {error}");
             }
@@ -212,10 +212,19 @@ async fn forward_once(
 }
 
 /// Streams the upstream answer back unchanged (status, headers, body; SSE too).
-fn relay(response: reqwest::Response) -> HttpResponse {
+/// A watch stream's connection gives up its hang-up duplicate, as on a node:
+/// each stream then holds two descriptors here, the client's and the node's.
+fn relay(http: &HttpRequest, response: reqwest::Response) -> HttpResponse {
     let status =
         StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut answer = HttpResponse::build(status);
+    let event_stream = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"text/event-stream"));
+    if event_stream && baton_api::hand_over_to_stream(http) {
+        answer.force_close();
+    }
     for (name, value) in response.headers() {
         if HOP_BY_HOP.contains(&name.as_str()) || name == "content-length" {
             continue;

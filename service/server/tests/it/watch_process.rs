@@ -175,3 +175,57 @@ async fn a_watch_stream_costs_the_server_one_descriptor() {
     server.kill().unwrap();
     server.wait().unwrap();
 }
+
+/// Through `serve --proxy`, a watch stream holds two of the proxy's
+/// descriptors, the client's connection and the node's, and no hang-up
+/// duplicate (three before).
+#[tokio::test]
+async fn a_watch_stream_through_the_proxy_costs_it_two_descriptors() {
+    const STREAMS: usize = 30;
+    let dir = tempfile::tempdir().unwrap();
+    let node_port = free_port();
+    let mut node = start(dir.path(), node_port).await;
+    let port = free_port();
+    let mut proxy = Command::new(harness::baton_bin())
+        .args(["serve", "--proxy", &format!("http://127.0.0.1:{node_port}")])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("BATON_LOG", "warn")
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let up = harness::eventually(Duration::from_secs(20), || async {
+        let response = client.get(format!("{base}/healthz")).send().await.ok()?;
+        response.status().is_success().then_some(())
+    })
+    .await;
+    assert!(up.is_some(), "the proxy serves");
+    // Whatever the proxy opens on first use is open, and this first stream
+    // (bookmarks every 100 ms, so its end is noticed at once) is gone.
+    drop(open(&client, format!("{base}/v1/watch?bookmark_ms=100")).await);
+    let idle = harness::eventually(Duration::from_secs(10), || async {
+        let count = open_descriptors(proxy.id());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        (open_descriptors(proxy.id()) == count).then_some(count)
+    })
+    .await
+    .expect("the proxy's descriptors never settled");
+
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        streams.push(open(&client, format!("{base}/v1/watch?kinds=lock")).await);
+    }
+    let per_stream = (open_descriptors(proxy.id()) - idle) as f64 / STREAMS as f64;
+    assert!(
+        (2.0..2.5).contains(&per_stream),
+        "{per_stream} descriptors per stream through the proxy"
+    );
+    for stream in &streams {
+        let connection = stream.headers().get("connection");
+        assert_eq!(connection.map(|v| v.to_str().unwrap()), Some("close"));
+    }
+    proxy.kill().unwrap();
+    proxy.wait().unwrap();
+    node.kill().unwrap();
+    node.wait().unwrap();
+}
