@@ -119,6 +119,31 @@ fn open_descriptors(pid: u32) -> usize {
         .count()
 }
 
+/// The descriptors of a process once their count holds still for `pause`.
+async fn settled_descriptors(pid: u32, pause: Duration) -> usize {
+    harness::eventually(Duration::from_secs(10), || async {
+        let count = open_descriptors(pid);
+        tokio::time::sleep(pause).await;
+        (open_descriptors(pid) == count).then_some(count)
+    })
+    .await
+    .expect("the descriptors never settled")
+}
+
+/// Opens `count` streams at `url`, one connection each (reqwest never shares
+/// an HTTP/1 connection between requests in flight), each answered with
+/// `Connection: close`.
+async fn open_streams(client: &reqwest::Client, url: &str, count: usize) -> Vec<reqwest::Response> {
+    let mut streams = Vec::new();
+    for _ in 0..count {
+        let stream = open(client, url.to_owned()).await;
+        let connection = stream.headers().get("connection");
+        assert_eq!(connection.map(|v| v.to_str().unwrap()), Some("close"));
+        streams.push(stream);
+    }
+    streams
+}
+
 /// A watch stream costs the server one descriptor, its socket, so 20,000
 /// streams fit a 20,000-file limit less a few dozen; its connection used to
 /// keep a second one, the duplicate that notices hung-up waiters. The stream's
@@ -136,21 +161,10 @@ async fn a_watch_stream_costs_the_server_one_descriptor() {
     let client = reqwest::Client::new();
     // Whatever the server opens lazily on its first requests is open by now.
     drop(open(&client, format!("{base}/v1/watch")).await);
-    let idle = harness::eventually(Duration::from_secs(10), || async {
-        let count = open_descriptors(pid);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        (open_descriptors(pid) == count).then_some(count)
-    })
-    .await
-    .expect("the server's descriptors never settled");
+    let idle = settled_descriptors(pid, Duration::from_millis(200)).await;
 
-    let mut streams = Vec::new();
-    for _ in 0..STREAMS {
-        // One connection each: reqwest never shares an HTTP/1 connection
-        // between requests in flight.
-        let url = format!("{base}/v1/watch?kinds=lock&bookmark_ms=100");
-        streams.push(open(&client, url).await);
-    }
+    let url = format!("{base}/v1/watch?kinds=lock&bookmark_ms=100");
+    let streams = open_streams(&client, &url, STREAMS).await;
     let with_streams = open_descriptors(pid);
     let per_stream = (with_streams - idle) as f64 / STREAMS as f64;
     assert!(
@@ -158,10 +172,6 @@ async fn a_watch_stream_costs_the_server_one_descriptor() {
         "{per_stream} descriptors per stream ({idle} idle, {with_streams} with {STREAMS} streams)"
     );
 
-    for stream in &streams {
-        let connection = stream.headers().get("connection");
-        assert_eq!(connection.map(|v| v.to_str().unwrap()), Some("close"));
-    }
     drop(streams);
     let released = harness::eventually(Duration::from_secs(10), || async {
         (open_descriptors(pid) <= idle + STREAMS / 10).then_some(())
@@ -203,27 +213,16 @@ async fn a_watch_stream_through_the_proxy_costs_it_two_descriptors() {
     // Whatever the proxy opens on first use is open, and this first stream
     // (bookmarks every 100 ms, so its end is noticed at once) is gone.
     drop(open(&client, format!("{base}/v1/watch?bookmark_ms=100")).await);
-    let idle = harness::eventually(Duration::from_secs(10), || async {
-        let count = open_descriptors(proxy.id());
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        (open_descriptors(proxy.id()) == count).then_some(count)
-    })
-    .await
-    .expect("the proxy's descriptors never settled");
+    let idle = settled_descriptors(proxy.id(), Duration::from_millis(500)).await;
 
-    let mut streams = Vec::new();
-    for _ in 0..STREAMS {
-        streams.push(open(&client, format!("{base}/v1/watch?kinds=lock")).await);
-    }
+    let url = format!("{base}/v1/watch?kinds=lock");
+    let streams = open_streams(&client, &url, STREAMS).await;
     let per_stream = (open_descriptors(proxy.id()) - idle) as f64 / STREAMS as f64;
     assert!(
         (2.0..2.5).contains(&per_stream),
         "{per_stream} descriptors per stream through the proxy"
     );
-    for stream in &streams {
-        let connection = stream.headers().get("connection");
-        assert_eq!(connection.map(|v| v.to_str().unwrap()), Some("close"));
-    }
+    drop(streams);
     proxy.kill().unwrap();
     proxy.wait().unwrap();
     node.kill().unwrap();
