@@ -128,17 +128,29 @@ pub async fn start_single(data_dir: &std::path::Path, port: u16) -> Child {
 
 /// [`start_single`] with more `serve` options.
 pub async fn start_single_with(data_dir: &std::path::Path, port: u16, extra: &[&str]) -> Child {
-    let mut child = Command::new(baton_bin())
+    let mut command = single_command(data_dir, port);
+    let child = command.args(extra).spawn().unwrap();
+    wait_ready(child, port).await
+}
+
+/// The command [`start_single`] runs: a single node on `port`, its peer
+/// listener on a free port, warnings only.
+pub fn single_command(data_dir: &std::path::Path, port: u16) -> Command {
+    let mut command = Command::new(baton_bin());
+    command
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .args(["--raft-listen", "127.0.0.1:0"])
-        .args(extra)
         .arg("--data-dir")
         .arg(data_dir)
         .env("BATON_LOG", "warn")
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::inherit());
+    command
+}
+
+/// Waits until the node `child` serves on `port` answers `/readyz`; kills it
+/// and panics when it does not within a minute.
+pub async fn wait_ready(mut child: Child, port: u16) -> Child {
     let client = reqwest::Client::new();
     let url = format!("http://127.0.0.1:{port}/readyz");
     let ready = eventually(Duration::from_secs(60), || async {

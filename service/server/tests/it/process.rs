@@ -287,14 +287,16 @@ async fn membership_changes_are_refused_without_a_cluster_secret() {
     server.child.wait().unwrap();
 }
 
-/// The soft open-file limit in `/proc/<pid>/limits`.
-fn soft_open_files(pid: u32) -> String {
+/// `(soft, hard)` open-file limits in `/proc/<pid>/limits` (`pid` may be `self`).
+fn open_file_limits(pid: &str) -> (String, String) {
     let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
     let line = limits
         .lines()
         .find(|line| line.starts_with("Max open files"))
         .unwrap();
-    line.split_whitespace().nth(3).unwrap().to_owned()
+    let mut fields = line.split_whitespace().skip(3);
+    let soft = fields.next().unwrap().to_owned();
+    (soft, fields.next().unwrap().to_owned())
 }
 
 /// Started with a soft open-file limit far below the hard one (systemd's
@@ -304,35 +306,22 @@ fn soft_open_files(pid: u32) -> String {
 async fn the_server_raises_its_soft_open_file_limit_to_the_hard_one() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let hard = std::fs::read_to_string("/proc/self/limits").unwrap();
-    let hard = hard
-        .lines()
-        .find(|line| line.starts_with("Max open files"))
-        .and_then(|line| line.split_whitespace().nth(4))
-        .unwrap()
-        .to_owned();
-    let mut child = Command::new("sh")
+    let (_, hard) = open_file_limits("self");
+    assert_ne!(hard, "256", "the test needs a hard limit above 256");
+    // The node's own command, run by a shell that lowers the soft limit first.
+    let node = harness::single_command(dir.path(), port);
+    let child = Command::new("sh")
         .args(["-c", "ulimit -Sn 256 && exec \"$0\" \"$@\""])
-        .arg(harness::baton_bin())
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--raft-listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
+        .arg(node.get_program())
+        .args(node.get_args())
         .env("BATON_LOG", "warn")
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let client = reqwest::Client::new();
-    let url = format!("http://127.0.0.1:{port}/readyz");
-    let ready = harness::eventually(Duration::from_secs(60), || async {
-        let response = client.get(&url).send().await.ok()?;
-        response.status().is_success().then_some(())
-    })
-    .await;
-    let soft = soft_open_files(child.id());
+    let mut child = harness::wait_ready(child, port).await;
+    let (soft, _) = open_file_limits(&child.id().to_string());
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(ready.is_some(), "baton did not become ready");
-    assert_ne!(hard, "256", "the test needs a hard limit above 256");
     assert_eq!(soft, hard);
 }
 
