@@ -17,7 +17,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 use actix_web::dev::Extensions;
-use actix_web::HttpRequest;
+use actix_web::{HttpRequest, HttpResponseBuilder};
 
 /// A duplicate of the connection's socket, stored in the connection's data;
 /// empty once the connection became a stream.
@@ -83,17 +83,19 @@ pub async fn client_gone(request: &HttpRequest) {
     }
 }
 
-/// Closes the duplicate of an HTTP/1 connection whose answer is a long-lived
-/// stream, and says whether it did: the caller must then close the connection
-/// after the stream (`Connection: close`), since a later request on it could
-/// no longer notice a hang-up. An HTTP/2 connection keeps its duplicate: its
-/// other requests may still wait.
-pub fn hand_over_to_stream(request: &HttpRequest) -> bool {
+/// Closes the duplicate of an HTTP/1 connection whose answer, `response`, is a
+/// long-lived stream, and then has the connection closed after the stream
+/// (`Connection: close`), since a later request on it could no longer notice
+/// a hang-up. An HTTP/2 connection keeps its duplicate: its other requests may
+/// still wait.
+pub fn hand_over_to_stream(request: &HttpRequest, response: &mut HttpResponseBuilder) {
     if request.version() >= actix_web::http::Version::HTTP_2 {
-        return false;
+        return;
     }
-    request
+    let taken = request
         .conn_data::<PeerSocket>()
-        .and_then(|socket| socket.0.borrow_mut().take())
-        .is_some()
+        .and_then(|socket| socket.0.borrow_mut().take());
+    if taken.is_some() {
+        response.force_close();
+    }
 }

@@ -244,9 +244,7 @@ fn open(
         ended: false,
     };
     let mut response = HttpResponse::Ok();
-    if hand_over_to_stream(request) {
-        response.force_close();
-    }
+    hand_over_to_stream(request, &mut response);
     Ok(response
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))

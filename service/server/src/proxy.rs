@@ -222,8 +222,8 @@ fn relay(http: &HttpRequest, response: reqwest::Response) -> HttpResponse {
         .headers()
         .get(reqwest::header::CONTENT_TYPE)
         .is_some_and(|value| value.as_bytes().starts_with(b"text/event-stream"));
-    if event_stream && baton_api::hand_over_to_stream(http) {
-        answer.force_close();
+    if event_stream {
+        baton_api::hand_over_to_stream(http, &mut answer);
     }
     for (name, value) in response.headers() {
         if HOP_BY_HOP.contains(&name.as_str()) || name == "content-length" {
