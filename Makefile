@@ -152,7 +152,7 @@ test-chaos: build
 # and one Baton (fsync on, loopback, free ports, temporary data), runs the shared
 # scenarios against each in alternation and writes BENCHMARKS.md (raw reports and
 # charts in loadtest/results/). BENCH_ARGS adds options, e.g. BENCH_ARGS="--rounds 3".
-.PHONY: bench bench-memory bench-cluster bench-scale bench-storm bench-shared test-loadtest test-overload
+.PHONY: bench bench-memory bench-cluster bench-scale bench-storm bench-snapshot-cluster bench-shared test-loadtest test-overload
 BENCH_ARGS ?=
 # Benchmarks run the release build, the one the image ships: side by side with the
 # dev profile it uses about 11 % less CPU per lock cycle (BENCHMARKS.md, "Which build
@@ -190,6 +190,13 @@ bench-cluster: release
 	@.ci/setup etcd
 	$(BENCH_BIN)/baton-loadtest cluster --baton-bin $(BENCH_BIN)/baton \
 		--etcd-bin $$(command -v etcd) --out BENCHMARKS.md --results-dir loadtest/results $(BENCH_ARGS)
+
+# Issue 19: a 3-node cluster builds snapshots of 1,000,000 held locks and a restarted
+# follower installs one while lock-cycle runs: heartbeat gaps on each follower and
+# whether an election happened, the "Snapshots in a 3-node cluster" section.
+bench-snapshot-cluster: release
+	$(BENCH_BIN)/baton-loadtest snapshot-cluster --baton-bin $(BENCH_BIN)/baton \
+		--markdown BENCHMARKS.md --report loadtest/results/snapshot-cluster.json $(BENCH_ARGS)
 
 # Issue 17: readers-writers (64 clients, 10 % writers) and a semaphore of 8 under 64
 # clients, Baton vs etcd's client-side recipes (RWMutex, a semaphore on the same

@@ -191,6 +191,39 @@ fn start_etcd(args: &ClusterArgs, dir: &std::path::Path) -> anyhow::Result<Vec<S
 
 /// Three Baton nodes with static `--peers` and a `--cluster-secret`.
 fn start_baton(args: &ClusterArgs, dir: &std::path::Path) -> anyhow::Result<Vec<Server>> {
+    baton_nodes(dir, &args.cluster_secret, &[])?
+        .iter()
+        .map(|node| node.start(&args.baton_bin))
+        .collect()
+}
+
+/// How to start (and restart) one node of a 3-node Baton cluster.
+#[derive(Debug, Clone)]
+pub struct BatonNode {
+    /// Its data directory.
+    pub data: PathBuf,
+    /// Its log file (appended across restarts).
+    pub log: PathBuf,
+    /// Client API and raft ports.
+    pub ports: (u16, u16),
+    /// Its flags beyond the listeners and the data directory.
+    pub flags: Vec<String>,
+}
+
+impl BatonNode {
+    /// Starts the node from `bin`.
+    pub fn start(&self, bin: &std::path::Path) -> anyhow::Result<Server> {
+        Server::baton_with(bin, &self.data, &self.log, self.ports, &self.flags)
+    }
+}
+
+/// Three nodes of one cluster under `dir`, with static `--peers`, `secret` on
+/// their raft listeners and `extra` flags each.
+pub fn baton_nodes(
+    dir: &std::path::Path,
+    secret: &str,
+    extra: &[String],
+) -> anyhow::Result<Vec<BatonNode>> {
     let ports = (0..3)
         .map(|_| Ok((free_port()?, free_port()?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -200,30 +233,30 @@ fn start_baton(args: &ClusterArgs, dir: &std::path::Path) -> anyhow::Result<Vec<
         .map(|(i, (_, raft))| format!("{}=http://127.0.0.1:{raft}", i + 1))
         .collect::<Vec<_>>()
         .join(",");
-    ports
+    Ok(ports
         .iter()
         .enumerate()
-        .map(|(i, &(api, raft))| {
+        .map(|(i, &ports)| {
             let id = i + 1;
-            let extra = vec![
+            let mut flags = vec![
                 "--node-id".to_owned(),
                 id.to_string(),
                 "--peers".to_owned(),
                 peers.clone(),
                 "--cluster-secret".to_owned(),
-                args.cluster_secret.clone(),
+                secret.to_owned(),
                 // Loopback only, and etcd runs without TLS too.
                 "--insecure-plaintext-peers".to_owned(),
             ];
-            Server::baton_with(
-                &args.baton_bin,
-                &dir.join(format!("baton-{id}-data")),
-                &dir.join(format!("baton-{id}.log")),
-                (api, raft),
-                &extra,
-            )
+            flags.extend_from_slice(extra);
+            BatonNode {
+                data: dir.join(format!("baton-{id}-data")),
+                log: dir.join(format!("baton-{id}.log")),
+                ports,
+                flags,
+            }
         })
-        .collect()
+        .collect())
 }
 
 /// Index of etcd's leader among `members`, waiting up to 30 s for one.
@@ -263,7 +296,7 @@ fn is_etcd_leader(status: &Value) -> bool {
 }
 
 /// Index of Baton's leader among `nodes`, waiting up to 30 s for one.
-async fn baton_leader(http: &reqwest::Client, nodes: &[Server]) -> anyhow::Result<usize> {
+pub async fn baton_leader(http: &reqwest::Client, nodes: &[Server]) -> anyhow::Result<usize> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match baton_leader_checked(http, nodes).await {

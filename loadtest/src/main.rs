@@ -12,6 +12,9 @@
 //!   held (each on its own lease), snapshots included (`make bench-scale`).
 //! - `storm`: 100,000 leases (1,000,000 locks) expiring together under lock-cycle
 //!   load (`make bench-storm`).
+//! - `snapshot-cluster`: heartbeats and elections in a 3-node cluster while it
+//!   builds and installs snapshots of 1,000,000 held locks
+//!   (`make bench-snapshot-cluster`).
 //! - `smoke`: a few seconds of every scenario against both, checking the reports are
 //!   well-formed (`make test-loadtest`).
 //! - `overload`: an open-loop load at twice a node's capacity, checking what
@@ -37,6 +40,7 @@ mod report;
 mod scale;
 mod scenario;
 mod smoke;
+mod snapshot_cluster;
 mod storm;
 mod target;
 mod watch;
@@ -65,6 +69,8 @@ enum Command {
     Scale(scale::ScaleArgs),
     /// An expiry storm under load (issue 19).
     Storm(storm::StormArgs),
+    /// Heartbeats and elections while 3 nodes build and install large snapshots (issue 19).
+    SnapshotCluster(snapshot_cluster::SnapshotClusterArgs),
     /// Short end-to-end check of every scenario against both targets.
     Smoke(smoke::SmokeArgs),
     /// Open-loop load at twice a node's capacity: bounded latency, flat memory,
@@ -90,6 +96,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Memory(args) => memory::memory(args).await,
         Command::Scale(args) => scale::scale(args).await,
         Command::Storm(args) => storm::storm(args).await,
+        Command::SnapshotCluster(args) => snapshot_cluster::snapshot_cluster(args).await,
         Command::Smoke(args) => smoke::smoke(args).await,
         Command::Overload(args) => overload::overload(args).await,
         Command::Machine { dir, samples } => {

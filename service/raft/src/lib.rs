@@ -53,6 +53,7 @@ mod config;
 mod error;
 mod handover;
 mod leader_call;
+mod leader_contact;
 mod leader_link;
 mod lease_clock;
 mod membership;

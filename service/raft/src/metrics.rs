@@ -23,6 +23,7 @@ use baton_metrics::{
 use baton_store::StoreMetrics;
 
 use crate::leader_call::LeaderCall;
+use crate::leader_contact::LeaderContact;
 use crate::node::Node;
 use crate::waiting::QueueKind;
 
@@ -183,6 +184,8 @@ pub struct NodeMetrics {
     wait_seconds: [Histogram; 3],
     leader_changes: Counter,
     leader_calls: Family<&'static str, Histogram>,
+    /// Time between leader RPCs, as a follower handles them.
+    pub(crate) leader_contact: LeaderContact,
 }
 
 impl NodeMetrics {
@@ -207,6 +210,7 @@ impl NodeMetrics {
             wait_seconds: std::array::from_fn(|_| Histogram::new(WAIT_SECONDS)),
             leader_changes: Counter::new(),
             leader_calls,
+            leader_contact: LeaderContact::default(),
         }
     }
 
@@ -501,6 +505,11 @@ impl Node {
             "baton_raft_leader_changes_total",
             "New leaderships this node saw (another leader, or the same in a later term); the first after start counts.",
             &m.leader_changes,
+        );
+        out.histogram(
+            "baton_raft_leader_contact_gap_seconds",
+            "Time a follower went without an accepted RPC (append, heartbeat, snapshot chunk) from its leader, between two of one term.",
+            m.leader_contact.gaps(),
         );
         out.histograms(
             "baton_leader_call_seconds",

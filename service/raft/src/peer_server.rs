@@ -3,12 +3,15 @@
 //! API, and only to callers presenting the cluster secret when one is set.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use actix_web::dev::Service;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use baton_store::TypeConfig;
-use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use subtle::ConstantTimeEq;
@@ -86,8 +89,13 @@ where
 }
 
 async fn append(node: web::Data<Node>, body: web::Bytes) -> HttpResponse {
-    handle(&body, |rpc: AppendEntriesRequest<TypeConfig>| {
-        node.raft.append_entries(rpc)
+    handle(&body, |rpc: AppendEntriesRequest<TypeConfig>| async {
+        let term = rpc.vote.leader_id().term;
+        let response = node.raft.append_entries(rpc).await;
+        if matches!(&response, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+            node.metrics.leader_contact.heard(term, Instant::now());
+        }
+        response
     })
     .await
 }
@@ -97,8 +105,17 @@ async fn vote(node: web::Data<Node>, body: web::Bytes) -> HttpResponse {
 }
 
 async fn snapshot(node: web::Data<Node>, body: web::Bytes) -> HttpResponse {
-    handle(&body, |rpc: InstallSnapshotRequest<TypeConfig>| {
-        node.raft.install_snapshot(rpc)
+    handle(&body, |rpc: InstallSnapshotRequest<TypeConfig>| async {
+        let vote = rpc.vote;
+        let response = node.raft.install_snapshot(rpc).await;
+        // A chunk is refused with the follower's higher vote; accepted, the
+        // answer carries the leader's own.
+        if matches!(&response, Ok(r) if r.vote == vote) {
+            node.metrics
+                .leader_contact
+                .heard(vote.leader_id().term, Instant::now());
+        }
+        response
     })
     .await
 }

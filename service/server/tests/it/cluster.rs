@@ -119,6 +119,19 @@ async fn three_nodes_form_and_every_node_serves_every_request() {
     let (status, granted) = waiter.await.unwrap();
     assert_eq!(status, 200, "{granted}");
     assert!(granted["token"].as_u64() > held["token"].as_u64());
+
+    // Followers measure how long they go between the leader's RPCs (issue 19:
+    // snapshots must not stall heartbeats); heartbeats alone keep it counting.
+    for id in [follower, other] {
+        let gaps = eventually(Duration::from_secs(10), || async {
+            let n = cluster
+                .metric(id, "baton_raft_leader_contact_gap_seconds_count")
+                .await;
+            (n > 0.0).then_some(n)
+        })
+        .await;
+        assert!(gaps.is_some(), "follower {id} measured leader contact gaps");
+    }
 }
 
 /// Per worker: (lock name, token) of every grant it was told about, in order.
