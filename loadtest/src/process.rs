@@ -62,8 +62,9 @@ impl Server {
             .arg("--data-dir")
             .arg(data)
             .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
+            // Baton logs to stdout (`BATON_LOG`, info by default): into the log
+            // file too, so that a run's own account of itself is kept.
+            .stdout(stderr.try_clone()?)
             .stderr(stderr)
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;

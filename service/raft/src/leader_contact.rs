@@ -10,7 +10,7 @@
 //! by `baton_raft_leader_changes_total` instead.
 
 use std::sync::{Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use baton_metrics::{Buckets, Histogram, Unit};
 
@@ -43,17 +43,25 @@ impl Default for LeaderContact {
 }
 
 impl LeaderContact {
-    /// A leader RPC of `term` was accepted and handled at `now`.
-    pub fn heard(&self, term: u64, now: Instant) {
+    /// A leader RPC of `term` was accepted and handled at `now`; returns the
+    /// gap since the previous one of that term, if there was one.
+    pub fn heard(&self, term: u64, now: Instant) -> Option<Duration> {
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
         match *last {
             // Concurrent RPCs may finish out of order: only time moving
             // forward is a gap.
-            Some((last_term, at)) if last_term == term && now <= at => return,
-            Some((last_term, at)) if last_term == term => self.gaps.observe_duration(now - at),
-            _ => {}
+            Some((last_term, at)) if last_term == term && now <= at => None,
+            Some((last_term, at)) if last_term == term => {
+                let gap = now - at;
+                self.gaps.observe_duration(gap);
+                *last = Some((term, now));
+                Some(gap)
+            }
+            _ => {
+                *last = Some((term, now));
+                None
+            }
         }
-        *last = Some((term, now));
     }
 
     /// The gaps measured so far.
@@ -64,8 +72,6 @@ impl LeaderContact {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     fn sum_micros(contact: &LeaderContact) -> u64 {
@@ -76,9 +82,10 @@ mod tests {
     fn gaps_between_contacts_of_one_term_are_measured() {
         let contact = LeaderContact::default();
         let start = Instant::now();
-        contact.heard(3, start);
+        assert_eq!(contact.heard(3, start), None);
         contact.heard(3, start + Duration::from_millis(100));
-        contact.heard(3, start + Duration::from_millis(400));
+        let gap = contact.heard(3, start + Duration::from_millis(400));
+        assert_eq!(gap, Some(Duration::from_millis(300)));
         assert_eq!(contact.gaps().count(), 2);
         assert_eq!(sum_micros(&contact), 400_000);
     }

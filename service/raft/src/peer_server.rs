@@ -93,11 +93,27 @@ async fn append(node: web::Data<Node>, body: web::Bytes) -> HttpResponse {
         let term = rpc.vote.leader_id().term;
         let response = node.raft.append_entries(rpc).await;
         if matches!(&response, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
-            node.metrics.leader_contact.heard(term, Instant::now());
+            heard_from_leader(&node, term);
         }
         response
     })
     .await
+}
+
+/// Records an accepted leader RPC, and warns when the leader had been silent
+/// for more than a quarter of the election timeout: heartbeats were late
+/// (a busy leader or follower, a slow network), the step before an election.
+fn heard_from_leader(node: &Node, term: u64) {
+    let gap = node.metrics.leader_contact.heard(term, Instant::now());
+    let allowed = node.config.election_timeout / 4;
+    if let Some(gap) = gap.filter(|gap| *gap > allowed) {
+        tracing::warn!(
+            gap_ms = gap.as_millis() as u64,
+            allowed_ms = allowed.as_millis() as u64,
+            term,
+            "no RPC from the leader for longer than a quarter of the election timeout"
+        );
+    }
 }
 
 async fn vote(node: web::Data<Node>, body: web::Bytes) -> HttpResponse {
@@ -111,9 +127,7 @@ async fn snapshot(node: web::Data<Node>, body: web::Bytes) -> HttpResponse {
         // A chunk is refused with the follower's higher vote; accepted, the
         // answer carries the leader's own.
         if matches!(&response, Ok(r) if r.vote == vote) {
-            node.metrics
-                .leader_contact
-                .heard(vote.leader_id().term, Instant::now());
+            heard_from_leader(&node, vote.leader_id().term);
         }
         response
     })

@@ -160,12 +160,15 @@ pub fn init(
         .unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"))
         // Trace spans are for the exporter, never for log lines.
         .add_directive("baton_trace=off".parse()?);
+    // Colours for a terminal only: a log file or a collector gets plain text.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let Some(traces) = traces else {
         // No exporter: the subscriber as it was before tracing existed.
         match format {
             LogFormat::Text => tracing_subscriber::fmt()
                 .with_env_filter(filter)
                 .with_target(false)
+                .with_ansi(colour)
                 .init(),
             LogFormat::Json => tracing_subscriber::fmt()
                 .fmt_fields(JsonFields::new())
@@ -191,6 +194,7 @@ pub fn init(
     let logs = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_target(false)
+            .with_ansi(colour)
             .with_filter(filter)
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()

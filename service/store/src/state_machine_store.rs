@@ -162,11 +162,15 @@ impl StateMachineStore {
     ) -> Result<(), StoreError> {
         // Validate and restore before persisting: bad bytes must not replace a
         // good snapshot on disk.
+        let started = std::time::Instant::now();
         let applied = SnapshotEnvelope::decode_for(meta, &data)?.restore(meta)?;
+        let restored = started.elapsed();
         let (seq, _) = snapshots.next_id(meta.last_log_id.as_ref());
         let staged = snapshots.stage_bytes(seq, &data)?;
+        let bytes = data.len();
         drop(data);
         snapshots.commit(seq, meta, &staged, false)?;
+        let stored = started.elapsed() - restored;
         let revision = applied.machine.revision();
         // The old state is dropped after the lock is released: freeing a
         // million locks is itself many milliseconds that readers need not wait.
@@ -176,6 +180,14 @@ impl StateMachineStore {
             observer.snapshot_installed(revision);
         }
         shared.publish_revision(revision);
+        tracing::info!(
+            snapshot = %meta,
+            bytes,
+            decode_ms = restored.as_millis() as u64,
+            store_ms = stored.as_millis() as u64,
+            total_ms = started.elapsed().as_millis() as u64,
+            "installed snapshot"
+        );
         Ok(())
     }
 
