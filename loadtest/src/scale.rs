@@ -10,15 +10,13 @@
 //! includes snapshots of the whole state; how many it built is read from `/metrics`.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use futures_util::stream::{self, StreamExt, TryStreamExt};
 use serde::Serialize;
 
+use crate::fill::{fill, Fill};
 use crate::output::OutputArgs;
 use crate::process::{free_port, Server};
 use crate::report::Report;
@@ -147,27 +145,15 @@ async fn level(args: &ScaleArgs, held: usize) -> anyhow::Result<Level> {
         .context("baton")?;
     let target = Target::new(TargetKind::Baton, &server.url, args.fill_clients)?;
     let started = Instant::now();
-    let done = Arc::new(AtomicUsize::new(0));
-    stream::iter(0..held)
-        .map(|i| {
-            let (target, done) = (target.clone(), done.clone());
-            async move {
-                let lease = target.grant(ttl_ms, &format!("scale-{i}")).await?;
-                // Fixed-width names: every lock costs the same, whatever the level.
-                target.acquire(&format!("scale/{i:08}"), &lease).await?;
-                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                if n % 100_000 == 0 {
-                    eprintln!(
-                        "scale: {n} held after {:.1} s",
-                        started.elapsed().as_secs_f64()
-                    );
-                }
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(args.fill_clients.max(1))
-        .try_collect::<Vec<()>>()
-        .await?;
+    let plan = Fill {
+        leases: held,
+        locks_per_lease: 1,
+        ttl_ms,
+        clients: args.fill_clients,
+        label: "scale",
+    };
+    // Fixed-width names: every lock costs the same, whatever the level.
+    fill(&target, plan, |i, _| format!("scale/{i:08}")).await?;
     let fill_s = started.elapsed().as_secs_f64();
     let metrics = |target: Target, url: String| async move {
         let Target::Baton(client) = target else {

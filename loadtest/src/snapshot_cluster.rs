@@ -15,17 +15,15 @@
 //! before and after says whether an election happened.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use futures_util::stream::{self, StreamExt, TryStreamExt};
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::cluster::{baton_leader, baton_nodes};
+use crate::fill::{fill, Fill};
 use crate::output::OutputArgs;
 use crate::process::Server;
 use crate::report::Report;
@@ -39,7 +37,7 @@ pub struct SnapshotClusterArgs {
     /// The Baton server binary.
     #[arg(long)]
     pub baton_bin: PathBuf,
-    /// Locks held through the window.
+    /// Locks held through the window (rounded down to whole leases).
     #[arg(long, default_value_t = 1_000_000)]
     pub held: usize,
     /// Locks on each of their leases.
@@ -148,7 +146,8 @@ pub async fn snapshot_cluster(args: SnapshotClusterArgs) -> anyhow::Result<()> {
 
 async fn measure(args: &SnapshotClusterArgs) -> anyhow::Result<SnapshotClusterReport> {
     let dir = args.output.temp_dir("baton-snapshot-cluster-")?;
-    let leases = args.held.div_ceil(args.locks_per_lease.max(1));
+    // Whole leases: `--held` rounded down to a multiple of `--locks-per-lease`.
+    let leases = (args.held / args.locks_per_lease.max(1)).max(1);
     let ttl_ms = 3_600_000;
     let flags = [
         ("--snapshot-every", args.snapshot_every.to_string()),
@@ -186,31 +185,20 @@ async fn measure(args: &SnapshotClusterArgs) -> anyhow::Result<SnapshotClusterRe
 
     let target = Target::new(TargetKind::Baton, &leader_url, args.fill_clients + 16)?;
     let started = Instant::now();
-    let done = Arc::new(AtomicUsize::new(0));
     let per_lease = args.locks_per_lease.max(1);
-    let held = args.held;
-    stream::iter(0..leases)
-        .map(|i| {
-            let (target, done) = (target.clone(), done.clone());
-            async move {
-                let lease = target.grant(ttl_ms, &format!("snap-{i}")).await?;
-                for j in (i * per_lease..(i + 1) * per_lease).take_while(|&j| j < held) {
-                    target.acquire(&format!("snap/{j:08}"), &lease).await?;
-                }
-                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                if n % 10_000 == 0 {
-                    eprintln!(
-                        "snapshot-cluster: {n} leases filled after {:.1} s",
-                        started.elapsed().as_secs_f64()
-                    );
-                }
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(args.fill_clients.max(1))
-        .try_collect::<Vec<()>>()
-        .await
-        .context("filling")?;
+    let held = leases * per_lease;
+    let plan = Fill {
+        leases,
+        locks_per_lease: per_lease,
+        ttl_ms,
+        clients: args.fill_clients,
+        label: "snapshot-cluster",
+    };
+    fill(&target, plan, |i, k| {
+        format!("snap/{:08}", i * per_lease + k)
+    })
+    .await
+    .context("filling")?;
     let fill_s = started.elapsed().as_secs_f64();
     eprintln!("snapshot-cluster: {held} locks on {leases} leases in {fill_s:.1} s");
 
@@ -277,7 +265,7 @@ async fn measure(args: &SnapshotClusterArgs) -> anyhow::Result<SnapshotClusterRe
     let max_interval_p99_us = report.timeline.iter().map(|p| p.p99_us).max().unwrap_or(0);
     let result = SnapshotClusterReport {
         baton_version: Server::version(TargetKind::Baton, &args.baton_bin),
-        held: args.held,
+        held,
         leases,
         fill_s,
         snapshot_every: args.snapshot_every,

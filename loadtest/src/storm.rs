@@ -11,8 +11,7 @@
 //! counted) and `baton_leases` is polled to see when the storm's leases are gone.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -20,6 +19,7 @@ use clap::Args;
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use serde::Serialize;
 
+use crate::fill::{fill, Fill};
 use crate::memory::gauge;
 use crate::output::OutputArgs;
 use crate::process::{free_port, Server};
@@ -128,31 +128,15 @@ async fn measure(args: &StormArgs) -> anyhow::Result<StormReport> {
     let target = Target::new(TargetKind::Baton, &server.url, args.fill_clients + 16)?;
 
     let started = Instant::now();
-    let done = Arc::new(AtomicUsize::new(0));
     let per_lease = args.locks_per_lease;
-    let storm_leases: Vec<Lease> = stream::iter(0..args.leases)
-        .map(|i| {
-            let (target, done) = (target.clone(), done.clone());
-            async move {
-                let lease = target.grant(args.ttl_ms, &format!("storm-{i}")).await?;
-                for j in 0..per_lease {
-                    target
-                        .acquire(&format!("storm/{i:06}/{j:02}"), &lease)
-                        .await?;
-                }
-                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                if n % 10_000 == 0 {
-                    eprintln!(
-                        "storm: {n} leases filled after {:.1} s",
-                        started.elapsed().as_secs_f64()
-                    );
-                }
-                anyhow::Ok(lease)
-            }
-        })
-        .buffer_unordered(args.fill_clients.max(1))
-        .try_collect()
-        .await?;
+    let plan = Fill {
+        leases: args.leases,
+        locks_per_lease: per_lease,
+        ttl_ms: args.ttl_ms,
+        clients: args.fill_clients,
+        label: "storm",
+    };
+    let storm_leases = fill(&target, plan, |i, k| format!("storm/{i:06}/{k:02}")).await?;
     let fill_s = started.elapsed().as_secs_f64();
     let live: Vec<Lease> = stream::iter(0..args.live_leases)
         .map(|i| {
