@@ -155,21 +155,8 @@ async fn level(args: &ScaleArgs, held: usize) -> anyhow::Result<Level> {
     // Fixed-width names: every lock costs the same, whatever the level.
     fill(&target, plan, |i, _| format!("scale/{i:08}")).await?;
     let fill_s = started.elapsed().as_secs_f64();
-    let metrics = |target: Target, url: String| async move {
-        let Target::Baton(client) = target else {
-            return None;
-        };
-        client
-            .http()
-            .get(format!("{url}/metrics"))
-            .send()
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()
-    };
-    let before = metrics(target.clone(), server.url.clone()).await;
+    let http = reqwest::Client::new();
+    let before = scrape(&http, &server.url).await;
     let mut run = RunArgs::new(Scenario::LockCycle, TargetKind::Baton, &server.url);
     run.clients = args.clients;
     run.duration_s = Some(args.duration_s);
@@ -177,7 +164,7 @@ async fn level(args: &ScaleArgs, held: usize) -> anyhow::Result<Level> {
     run.server_pid = Some(server.pid());
     run.no_progress = true;
     let report = scenario::run(&run).await?;
-    let after = metrics(target.clone(), server.url.clone()).await;
+    let after = scrape(&http, &server.url).await;
     let delta = |name: &str| {
         let sum = |text: &Option<String>| text.as_deref().and_then(|t| metric_sum(t, name));
         sum(&after).zip(sum(&before)).map(|(a, b)| a - b)
@@ -226,6 +213,20 @@ const SNAPSHOT_BUILD_SUM: &str = "baton_snapshot_build_seconds_sum";
 const SNAPSHOT_BUILD_COUNT: &str = "baton_snapshot_build_seconds_count";
 /// The size of the last snapshot.
 const SNAPSHOT_BYTES: &str = "baton_snapshot_bytes";
+
+/// A node's `/metrics` text (`None` when it does not answer). With a million
+/// locks a scrape walks the whole state: measurements take one at each end of
+/// a run, not during it.
+pub async fn scrape(http: &reqwest::Client, base: &str) -> Option<String> {
+    http.get(format!("{base}/metrics"))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()
+}
 
 /// The sum of every series of metric `name` in a Prometheus exposition
 /// (`None` when it has none).

@@ -27,7 +27,7 @@ use crate::fill::{fill, Fill};
 use crate::output::OutputArgs;
 use crate::process::Server;
 use crate::report::Report;
-use crate::scale::metric_sum;
+use crate::scale::{metric_sum, scrape};
 use crate::scenario::{self, RunArgs, Scenario};
 use crate::target::{Target, TargetKind};
 
@@ -309,19 +309,6 @@ async fn cluster_view(http: &reqwest::Client, base: &str) -> anyhow::Result<Valu
         .await?
         .json()
         .await?)
-}
-
-/// The node's `/metrics` text (`None` when it does not answer). Taken only at
-/// the window's ends: with a million locks a scrape walks the whole state.
-async fn scrape(http: &reqwest::Client, base: &str) -> Option<String> {
-    http.get(format!("{base}/metrics"))
-        .timeout(Duration::from_secs(30))
-        .send()
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()
 }
 
 /// What one node did between the scrapes `before` (`None`: it started in the
