@@ -299,6 +299,17 @@ impl SnapshotStore {
         self.write_staged(seq, |out| out.write_all(data))
     }
 
+    /// Makes a fully received file ready to be committed as it is: synced
+    /// (with synced durability), since its chunks were written without syncs.
+    pub(crate) fn adopt_received(&self, path: PathBuf) -> Result<PathBuf, StoreError> {
+        if self.durability == crate::Durability::Synced {
+            File::open(&path)
+                .and_then(|file| file.sync_all())
+                .map_err(|source| self.io(&path, source))?;
+        }
+        Ok(path)
+    }
+
     fn write_staged(
         &self,
         seq: u64,

@@ -154,19 +154,37 @@ impl StateMachineStore {
     /// Replaces the state with a snapshot's. A free function of the two
     /// shared halves, so it can run on a blocking thread: decoding, restoring
     /// and syncing a large snapshot takes CPU-seconds.
+    /// `received` is the receiving file `data` was read from, when openraft
+    /// handed that file over: it becomes the stored snapshot as it is, instead
+    /// of writing the same bytes into a second file (0.3-0.4 s at a million
+    /// holdings, time in which the leader sends this follower nothing).
     fn install(
         shared: &SharedState,
         snapshots: &SnapshotStore,
         meta: &SnapshotMeta,
         data: Vec<u8>,
+        received: Option<PathBuf>,
     ) -> Result<(), StoreError> {
         // Validate and restore before persisting: bad bytes must not replace a
         // good snapshot on disk.
         let started = std::time::Instant::now();
-        let applied = SnapshotEnvelope::decode_for(meta, &data)?.restore(meta)?;
+        let applied = match SnapshotEnvelope::decode_for(meta, &data)
+            .and_then(|envelope| envelope.restore(meta))
+        {
+            Ok(applied) => applied,
+            Err(error) => {
+                if let Some(path) = &received {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(error);
+            }
+        };
         let restored = started.elapsed();
         let (seq, _) = snapshots.next_id(meta.last_log_id.as_ref());
-        let staged = snapshots.stage_bytes(seq, &data)?;
+        let staged = match received {
+            Some(path) => snapshots.adopt_received(path)?,
+            None => snapshots.stage_bytes(seq, &data)?,
+        };
         let bytes = data.len();
         drop(data);
         snapshots.commit(seq, meta, &staged, false)?;
@@ -265,22 +283,41 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             .map_err(io_error)?;
         let mut data = Vec::new();
         snapshot.read_to_end(&mut data).await.map_err(io_error)?;
+        let handed = snapshot.metadata().await.map_err(io_error)?;
         drop(snapshot);
-        self.forget_receiving();
+        // The receiving file itself, or another file (then the bytes are
+        // written into a file of our own, and the receiving one is removed).
+        let received = match self.receiving.take() {
+            Some(path) if is_same_file(&handed, &path) => Some(path),
+            other => {
+                self.receiving = other;
+                self.forget_receiving();
+                None
+            }
+        };
         self.metrics
             .snapshot_bytes
             .store(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let shared = Arc::clone(&self.shared);
         let snapshots = Arc::clone(&self.snapshots);
         let owned_meta = meta.clone();
-        tokio::task::spawn_blocking(move || Self::install(&shared, &snapshots, &owned_meta, data))
-            .await
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e).into())
+        tokio::task::spawn_blocking(move || {
+            Self::install(&shared, &snapshots, &owned_meta, data, received)
+        })
+        .await
+        .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?
+        .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e).into())
     }
 
     async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot>> {
         self.current_snapshot()
             .map_err(|e| StorageIOError::read_snapshot(None, &e).into())
     }
+}
+
+/// Whether `handed` (the metadata of an open file) describes the file at `path`.
+fn is_same_file(handed: &std::fs::Metadata, path: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path)
+        .is_ok_and(|named| named.dev() == handed.dev() && named.ino() == handed.ino())
 }

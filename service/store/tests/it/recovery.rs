@@ -263,10 +263,20 @@ async fn installed_snapshot_replaces_state_and_is_announced() {
     follower.set_observer(recorder.clone());
 
     let received = received_copy(&mut follower, &mut built).await;
+    let received_inode = {
+        use std::os::unix::fs::MetadataExt;
+        received.metadata().await.unwrap().ino()
+    };
     follower
         .install_snapshot(&built.meta, received)
         .await
         .unwrap();
+    // The received file became the stored snapshot: no second copy was written,
+    // and nothing is left over.
+    assert_eq!(
+        snapshot_files(follower_dir.path()),
+        vec![("snapshot".to_owned(), received_inode)]
+    );
 
     assert_eq!(*recorder.installed.lock().unwrap(), vec![leader_revision]);
     assert_eq!(
@@ -305,4 +315,26 @@ async fn installed_snapshot_replaces_state_and_is_announced() {
         follower.get_current_snapshot().await.unwrap().unwrap().meta,
         built.meta
     );
+    // The refused bytes' file is gone; the stored snapshot is untouched.
+    assert_eq!(
+        snapshot_files(follower_dir.path()),
+        vec![("snapshot".to_owned(), received_inode)]
+    );
+}
+
+/// The files in a store's snapshot directory: the part of each name before its
+/// first `-` or `.` (`snapshot`, `receiving`, `staged`) and its inode, sorted.
+fn snapshot_files(data_dir: &std::path::Path) -> Vec<(String, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut files: Vec<(String, u64)> = std::fs::read_dir(data_dir.join(baton_store::SNAPSHOT_DIR))
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let kind = name.split(['-', '.']).next().unwrap_or_default().to_owned();
+            (kind, entry.metadata().unwrap().ino())
+        })
+        .collect();
+    files.sort();
+    files
 }
