@@ -212,7 +212,9 @@ async fn measure(args: &SnapshotClusterArgs) -> anyhow::Result<SnapshotClusterRe
     let mut run = RunArgs::new(Scenario::LockCycle, TargetKind::Baton, &leader_url);
     run.clients = args.clients;
     run.duration_s = Some(args.duration_s);
-    run.ttl_ms = 60_000;
+    // Beyond the window: lock-cycle does not keep its leases alive, and on a
+    // slow run the window's last cycles came after a 60 s lease had expired.
+    run.ttl_ms = ((args.duration_s + 60.0) * 1000.0) as u64;
     run.server_pid = Some(nodes[leader].pid());
     run.no_progress = true;
     let restart = async {
