@@ -32,6 +32,12 @@ impl StateMachine {
         }
     }
 
+    /// Whether [`StateMachine::from_snapshot`] reads snapshots whose first byte
+    /// (the format version) is `format`.
+    pub fn reads_snapshot_format(format: u8) -> bool {
+        (1..=SNAPSHOT_FORMAT).contains(&format)
+    }
+
     /// Restores a state written by [`StateMachine::to_snapshot`] (of this or an older
     /// format version).
     pub fn from_snapshot(bytes: &[u8]) -> Result<StateMachine, SnapshotError> {

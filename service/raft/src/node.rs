@@ -93,7 +93,13 @@ impl ApplyObserver for Dispatcher {
         }
     }
 
-    fn snapshot_installed(&self, revision: u64) {
+    fn snapshot_installed(&self, revision: u64, machine: &StateMachine) {
+        // The clock learns leases from applied events, and a snapshot brings
+        // none: it starts over from the installed state, every lease at a full
+        // TTL. That matters on a node that won an election while its install
+        // was still being restored (the leadership reset read the old state);
+        // a full TTL never shortens a lease.
+        self.clock.reset_all(machine, self.clock.term());
         self.snapshots_installed.fetch_add(1, Ordering::Relaxed);
         self.metrics.snapshot_installed();
         self.watch.snapshot_installed(revision);
@@ -294,7 +300,9 @@ impl Node {
             term: metrics.current_term,
             members,
             applied_revision: self.revision(),
-            applied_index: metrics.last_applied.map_or(0, |l| l.index),
+            // The state's own position: openraft's includes a snapshot that is
+            // still being restored.
+            applied_index: self.shared.applied_index().unwrap_or(0),
             last_log_index: metrics.last_log_index.unwrap_or(0),
         }
     }
@@ -313,7 +321,7 @@ impl Node {
         if metrics.current_leader.is_none() || metrics.running_state.is_err() {
             return false;
         }
-        let applied = metrics.last_applied.map_or(0, |l| l.index);
+        let applied = self.shared.applied_index().unwrap_or(0);
         applied >= self.commit_index().await
     }
 
@@ -636,6 +644,46 @@ fn raft_config(config: &NodeConfig) -> Result<Config, StartError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A node elected while its install was still being restored reset its
+    /// clock from the state before the snapshot: the install's announcement
+    /// must bring the snapshot's leases in, in the term the clock keeps.
+    #[tokio::test]
+    async fn an_installed_snapshot_restarts_the_lease_clock_from_its_state() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (_log, store) = baton_store::open(dir.path()).expect("open");
+        let clock = Arc::new(LeaseClock::default());
+        let dispatcher = Dispatcher {
+            clock: clock.clone(),
+            waiters: Arc::new(WaiterRegistry::default()),
+            snapshots_installed: Arc::new(AtomicU64::new(0)),
+            watch: WatchHub::start(crate::WatchConfig::default(), 0),
+            metrics: Arc::new(NodeMetrics::new(store.metrics())),
+        };
+        clock.reset_all(&StateMachine::new(), 3);
+        let mut installed = StateMachine::new();
+        installed.apply(
+            &baton_core::ApplyContext {
+                now_ms: 1_000,
+                limits: baton_core::Limits::default(),
+                term: 2,
+            },
+            &Request::plain(Command::CreateLease {
+                lease_id: LeaseId(5),
+                ttl_ms: 10_000,
+                holder: "h".to_owned(),
+            }),
+        );
+        assert_eq!(clock.remaining(LeaseId(5)), None);
+
+        dispatcher.snapshot_installed(installed.revision(), &installed);
+        assert!(
+            clock.remaining(LeaseId(5)).is_some(),
+            "the lease is tracked"
+        );
+        assert_eq!(clock.term(), 3);
+        assert_eq!(dispatcher.snapshots_installed.load(Ordering::Relaxed), 1);
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_node_whose_raft_stopped_no_longer_claims_to_lead() {

@@ -288,14 +288,15 @@ async fn keep_alive_local(node: &Node, lease_id: LeaseId) -> Result<Option<u64>,
     Ok(kept)
 }
 
-/// Waits until this replica has applied log index `index`.
+/// Waits until this replica's applied state covers log index `index` (not
+/// openraft's count, which includes a snapshot still being restored).
 async fn caught_up_to(node: &Node, index: u64) -> Result<(), RaftLayerError> {
-    node.raft
-        .wait(Some(node.config.leader_wait()))
-        .applied_index_at_least(Some(index), "catch up")
-        .await
-        .map(|_| ())
-        .map_err(|_| RaftLayerError::unavailable("this replica did not catch up in time"))
+    tokio::time::timeout(
+        node.config.leader_wait(),
+        node.shared.applied_at_least(index),
+    )
+    .await
+    .map_err(|_| RaftLayerError::unavailable("this replica did not catch up in time"))
 }
 
 /// The lease clock is authoritative only on a leader that has restarted

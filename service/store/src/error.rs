@@ -89,4 +89,17 @@ pub enum StoreError {
         /// Last log id according to the snapshot data.
         data: String,
     },
+    /// Snapshot bytes are not as long as their envelope says: a transfer cut
+    /// short or run on.
+    #[error("snapshot data is {actual} bytes but its envelope says {expected}")]
+    SnapshotSize {
+        /// The length the envelope's fields add up to.
+        expected: u64,
+        /// The length received.
+        actual: u64,
+    },
+    /// An installed snapshot could not be restored into memory after it was
+    /// stored: this store refuses everything from then on (openraft stops).
+    #[error("the installed snapshot could not be restored: {0}")]
+    NotRestored(#[source] std::sync::Arc<StoreError>),
 }

@@ -33,9 +33,10 @@ pub trait ApplyObserver: Send + Sync + 'static {
     /// the log at startup.
     fn applied(&self, log_index: u64, now_ms: u64, outcomes: &[Outcome]);
 
-    /// A snapshot replaced the whole state; its revision is `revision`.
-    /// Outcomes of the entries it covers are never delivered.
-    fn snapshot_installed(&self, revision: u64);
+    /// A snapshot replaced the whole state with `machine`, at revision
+    /// `revision`. Outcomes of the entries it covers are never delivered.
+    /// Called with the state's read lock held: do not take it again.
+    fn snapshot_installed(&self, revision: u64, machine: &StateMachine);
 }
 
 /// The applied state behind a lock, plus change notification.
@@ -90,6 +91,23 @@ impl SharedState {
     /// The index of the last applied log entry, if any.
     pub fn applied_index(&self) -> Option<u64> {
         self.read().last_applied.as_ref().map(|log_id| log_id.index)
+    }
+
+    /// Waits until the applied state covers log index `index`, as a replica
+    /// must before it serves a read at that index.
+    ///
+    /// The applied state decides, not openraft's metrics: openraft counts an
+    /// installed snapshot as applied once it is stored, while it is restored
+    /// into memory after that (see [`crate::StateMachineStore`]).
+    pub async fn applied_at_least(&self, index: u64) {
+        // Subscribed before looking, so a change in between is not missed.
+        let mut changes = self.revision.subscribe();
+        while self.applied_index() < Some(index) {
+            if changes.changed().await.is_err() {
+                // Unreachable (`self` holds the sender); never claim the index.
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     pub(crate) fn publish_revision(&self, revision: u64) {

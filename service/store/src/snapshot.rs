@@ -70,22 +70,64 @@ impl SnapshotEnvelope {
         out.write_all(machine)
     }
 
-    /// Decodes snapshot bytes and checks they cover what `meta` says.
-    pub(crate) fn decode_for(meta: &SnapshotMeta, data: &[u8]) -> Result<Self, StoreError> {
-        let envelope: SnapshotEnvelope = decode("snapshot data", data)?;
-        if envelope.last_applied != meta.last_log_id {
-            return Err(StoreError::SnapshotMismatch {
-                meta: format!("{:?}", meta.last_log_id),
-                data: format!("{:?}", envelope.last_applied),
+    /// Checks what can be checked of snapshot bytes without decoding the
+    /// state: `head` is their beginning (at least the envelope's fields),
+    /// `len` their total length. They must be this build's envelope format,
+    /// cover the log up to where `meta` says, be exactly as long as the
+    /// envelope says (a cut-off or overlong transfer is refused here) and hold
+    /// a state format this build reads. Returns where the state's bytes begin.
+    pub(crate) fn check_head(
+        meta: &SnapshotMeta,
+        head: &[u8],
+        len: u64,
+    ) -> Result<usize, StoreError> {
+        const WHAT: &str = "snapshot data";
+        let Some((&version, body)) = head.split_first() else {
+            return Err(StoreError::UnknownFormat {
+                what: WHAT,
+                version: 0,
+            });
+        };
+        if version != crate::codec::FORMAT_V1 {
+            return Err(StoreError::UnknownFormat {
+                what: WHAT,
+                version,
             });
         }
-        Ok(envelope)
+        let ((last_applied, _membership, machine_len), rest): (
+            (Option<LogId>, StoredMembership, u64),
+            &[u8],
+        ) = postcard::take_from_bytes(body)
+            .map_err(|source| StoreError::Decode { what: WHAT, source })?;
+        if last_applied != meta.last_log_id {
+            return Err(StoreError::SnapshotMismatch {
+                meta: format!("{:?}", meta.last_log_id),
+                data: format!("{:?}", last_applied),
+            });
+        }
+        let start = head.len() - rest.len();
+        let expected = (start as u64).saturating_add(machine_len);
+        if expected != len {
+            return Err(StoreError::SnapshotSize {
+                expected,
+                actual: len,
+            });
+        }
+        match rest.first() {
+            Some(&format) if StateMachine::reads_snapshot_format(format) => Ok(start),
+            Some(&format) => Err(StoreError::Restore(
+                baton_core::SnapshotError::UnsupportedFormat(format),
+            )),
+            None => Err(StoreError::Restore(baton_core::SnapshotError::Empty)),
+        }
     }
 
-    /// Rebuilds the applied state from these bytes, trusting `meta` for the
-    /// Raft bookkeeping (it was checked against the envelope).
-    pub(crate) fn restore(&self, meta: &SnapshotMeta) -> Result<AppliedState, StoreError> {
-        let machine = StateMachine::from_snapshot(&self.machine).map_err(StoreError::Restore)?;
+    /// Rebuilds the applied state from a whole snapshot's bytes, checked
+    /// against `meta` (which is trusted for the Raft bookkeeping). The state is
+    /// decoded where it lies in `data`, not copied out of the envelope first.
+    pub(crate) fn restore(meta: &SnapshotMeta, data: &[u8]) -> Result<AppliedState, StoreError> {
+        let start = Self::check_head(meta, data, data.len() as u64)?;
+        let machine = StateMachine::from_snapshot(&data[start..]).map_err(StoreError::Restore)?;
         Ok(AppliedState {
             machine,
             last_applied: meta.last_log_id,
@@ -228,8 +270,9 @@ impl SnapshotStore {
         Ok(())
     }
 
-    /// The current snapshot's meta and its file, opened for reading.
-    pub(crate) fn open_current(&self) -> Result<Option<(SnapshotMeta, File)>, StoreError> {
+    /// The current snapshot's meta, its file's path and the file, opened for
+    /// reading.
+    pub(crate) fn open_current(&self) -> Result<Option<(SnapshotMeta, PathBuf, File)>, StoreError> {
         // The lock is held while opening, so the file is not replaced in
         // between; once open, a replaced (unlinked) file stays readable.
         let current = self.current();
@@ -238,17 +281,17 @@ impl SnapshotStore {
         };
         let path = self.dir.join(&record.file);
         let file = File::open(&path).map_err(|source| self.io(&path, source))?;
-        Ok(Some((record.meta.clone(), file)))
+        Ok(Some((record.meta.clone(), path, file)))
     }
 
     /// The current snapshot's meta and bytes.
     pub(crate) fn read_current(&self) -> Result<Option<(SnapshotMeta, Vec<u8>)>, StoreError> {
-        let Some((meta, mut file)) = self.open_current()? else {
+        let Some((meta, path, mut file)) = self.open_current()? else {
             return Ok(None);
         };
         let mut data = Vec::new();
         file.read_to_end(&mut data)
-            .map_err(|source| self.io(&self.dir, source))?;
+            .map_err(|source| self.io(&path, source))?;
         Ok(Some((meta, data)))
     }
 
@@ -517,10 +560,7 @@ mod tests {
             .collect();
         assert_eq!(names, vec![record.unwrap().file]);
         let (meta, data) = store.read_current().unwrap().unwrap();
-        let restored = SnapshotEnvelope::decode_for(&meta, &data)
-            .unwrap()
-            .restore(&meta)
-            .unwrap();
+        let restored = SnapshotEnvelope::restore(&meta, &data).unwrap();
         assert_eq!(restored.machine, applied.machine);
     }
 }

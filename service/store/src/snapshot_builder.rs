@@ -19,15 +19,16 @@ use crate::type_config::{Snapshot, SnapshotMeta, StorageResult, TypeConfig};
 #[derive(Debug)]
 pub struct SnapshotBuilder {
     /// Taken by the one build: encoding and then freeing the copy both
-    /// happen on the blocking thread.
-    view: Option<AppliedState>,
+    /// happen on the blocking thread. An error instead when the store had none
+    /// to give (an installed snapshot it could not restore).
+    view: Option<Result<AppliedState, StoreError>>,
     snapshots: Arc<SnapshotStore>,
     metrics: Arc<StoreMetrics>,
 }
 
 impl SnapshotBuilder {
     pub(crate) fn new(
-        view: AppliedState,
+        view: Result<AppliedState, StoreError>,
         snapshots: Arc<SnapshotStore>,
         metrics: Arc<StoreMetrics>,
     ) -> Self {
@@ -85,7 +86,8 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let view = self
             .view
             .take()
-            .ok_or_else(|| StorageIOError::write_snapshot(None, &StoreError::BuilderUsed))?;
+            .unwrap_or(Err(StoreError::BuilderUsed))
+            .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
         let snapshots = Arc::clone(&self.snapshots);
         let started = std::time::Instant::now();
         let (done, built) = tokio::sync::oneshot::channel();

@@ -33,6 +33,22 @@ use crate::type_config::{
 ///
 /// The state lives in an `Arc<SharedState>` so that readers and the raft layer
 /// keep access after the store was handed to openraft.
+///
+/// # Installing a snapshot: stored first, restored after answering
+///
+/// openraft answers the leader's last snapshot chunk only when
+/// `install_snapshot` returns, and sends that follower nothing (no heartbeat)
+/// until then. Decoding a million holdings takes seconds, so `install_snapshot`
+/// only checks the envelope (format, log position, length, state format),
+/// makes the received file the stored snapshot (synced) and returns; the state
+/// is decoded and swapped in on a blocking thread after that. Every later call
+/// of openraft's on this store (apply, applied state, builder, the next
+/// install) first waits for that restore, so entries are applied on top of
+/// the snapshot's state, never the old one; readers wait for it through
+/// [`SharedState::applied_at_least`]. A crash in between restarts from the
+/// stored snapshot. Should the state not decode after all (the envelope was
+/// right), the store refuses every later call and openraft stops: the node
+/// cannot serve a state it cannot read.
 pub struct StateMachineStore {
     shared: Arc<SharedState>,
     snapshots: Arc<SnapshotStore>,
@@ -40,6 +56,10 @@ pub struct StateMachineStore {
     /// The file [`RaftStateMachine::begin_receiving_snapshot`] made last,
     /// removed once the snapshot it received was installed.
     receiving: Option<PathBuf>,
+    /// The restore of the snapshot installed last, while it runs.
+    restoring: Option<tokio::task::JoinHandle<Result<(), StoreError>>>,
+    /// Why the last restore failed: every later call is refused with it.
+    failed: Option<Arc<StoreError>>,
 }
 
 impl fmt::Debug for StateMachineStore {
@@ -61,7 +81,7 @@ impl StateMachineStore {
         let (snapshots, _) = SnapshotStore::open(db, snapshot_dir, durability)?;
         let applied = match snapshots.read_current()? {
             Some((meta, data)) => {
-                let applied = SnapshotEnvelope::decode_for(&meta, &data)?.restore(&meta)?;
+                let applied = SnapshotEnvelope::restore(&meta, &data)?;
                 metrics
                     .snapshot_bytes
                     .store(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
@@ -75,6 +95,8 @@ impl StateMachineStore {
             snapshots: Arc::new(snapshots),
             metrics,
             receiving: None,
+            restoring: None,
+            failed: None,
         })
     }
 
@@ -151,62 +173,91 @@ impl StateMachineStore {
         replies
     }
 
-    /// Replaces the state with a snapshot's. A free function of the two
-    /// shared halves, so it can run on a blocking thread: decoding, restoring
-    /// and syncing a large snapshot takes CPU-seconds.
-    /// `received` is the receiving file `data` was read from, when openraft
-    /// handed that file over: it becomes the stored snapshot as it is, instead
-    /// of writing the same bytes into a second file (0.3-0.4 s at a million
-    /// holdings, time in which the leader sends this follower nothing).
-    fn install(
-        shared: &SharedState,
+    /// Makes received snapshot bytes the stored snapshot, after checking their
+    /// envelope against `meta`, and returns the stored file opened for reading.
+    /// `received` is the receiving file openraft wrote the chunks into: it
+    /// becomes the stored snapshot as it is (synced), instead of the same bytes
+    /// being written into a second file. Otherwise `bytes` are the snapshot's
+    /// bytes, read from whatever file openraft handed over.
+    fn store_received(
         snapshots: &SnapshotStore,
         meta: &SnapshotMeta,
-        data: Vec<u8>,
-        received: Option<PathBuf>,
-    ) -> Result<(), StoreError> {
-        // Validate and restore before persisting: bad bytes must not replace a
-        // good snapshot on disk.
-        let started = std::time::Instant::now();
-        let applied = match SnapshotEnvelope::decode_for(meta, &data)
-            .and_then(|envelope| envelope.restore(meta))
-        {
-            Ok(applied) => applied,
-            Err(error) => {
-                if let Some(path) = &received {
-                    let _ = std::fs::remove_file(path);
-                }
-                return Err(error);
-            }
-        };
-        let restored = started.elapsed();
+        received: Result<PathBuf, Vec<u8>>,
+    ) -> Result<(PathBuf, std::fs::File), StoreError> {
         let (seq, _) = snapshots.next_id(meta.last_log_id.as_ref());
         let staged = match received {
-            Some(path) => snapshots.adopt_received(path)?,
-            None => snapshots.stage_bytes(seq, &data)?,
+            Ok(path) => {
+                if let Err(error) = check_received_file(meta, &path) {
+                    let _ = std::fs::remove_file(&path);
+                    return Err(error);
+                }
+                snapshots.adopt_received(path)?
+            }
+            Err(bytes) => {
+                SnapshotEnvelope::check_head(meta, &bytes, bytes.len() as u64)?;
+                snapshots.stage_bytes(seq, &bytes)?
+            }
         };
+        snapshots.commit(seq, meta, &staged, false)?;
+        match snapshots.open_current()? {
+            Some((_, path, file)) => Ok((path, file)),
+            None => unreachable!("a snapshot was just committed"),
+        }
+    }
+
+    /// Replaces the applied state with the stored snapshot `file`'s, described
+    /// by `meta`. Runs on a blocking thread after the install was answered:
+    /// decoding a large snapshot takes CPU-seconds.
+    fn restore(
+        shared: &SharedState,
+        meta: &SnapshotMeta,
+        (path, mut file): (PathBuf, std::fs::File),
+    ) -> Result<(), StoreError> {
+        use std::io::Read;
+
+        let started = std::time::Instant::now();
+        let mut data = Vec::new();
+        file.read_to_end(&mut data)
+            .map_err(|source| StoreError::SnapshotFile { path, source })?;
+        drop(file);
+        let applied = SnapshotEnvelope::restore(meta, &data)?;
         let bytes = data.len();
         drop(data);
-        snapshots.commit(seq, meta, &staged, false)?;
-        let stored = started.elapsed() - restored;
+        let decoded = started.elapsed();
         let revision = applied.machine.revision();
         // The old state is dropped after the lock is released: freeing a
         // million locks is itself many milliseconds that readers need not wait.
         let replaced = std::mem::replace(&mut *shared.write(), applied);
         drop(replaced);
         if let Some(observer) = shared.observer() {
-            observer.snapshot_installed(revision);
+            observer.snapshot_installed(revision, &shared.read().machine);
         }
         shared.publish_revision(revision);
         tracing::info!(
             snapshot = %meta,
             bytes,
-            decode_ms = restored.as_millis() as u64,
-            store_ms = stored.as_millis() as u64,
+            decode_ms = decoded.as_millis() as u64,
             total_ms = started.elapsed().as_millis() as u64,
-            "installed snapshot"
+            "restored the installed snapshot"
         );
         Ok(())
+    }
+
+    /// Waits for the restore of the snapshot installed last, if one runs:
+    /// what openraft asks of this store next must see the snapshot's state.
+    /// A failed restore fails this and every later call.
+    async fn settle(&mut self) -> Result<(), StoreError> {
+        if let Some(restoring) = self.restoring.take() {
+            let outcome = restoring.await.unwrap_or(Err(StoreError::BuilderStopped));
+            if let Err(error) = outcome {
+                tracing::error!(%error, "the installed snapshot could not be restored; this node stops serving");
+                self.failed = Some(Arc::new(error));
+            }
+        }
+        match &self.failed {
+            Some(error) => Err(StoreError::NotRestored(Arc::clone(error))),
+            None => Ok(()),
+        }
     }
 
     /// Removes the last receiving file (best effort: a leftover is removed
@@ -218,10 +269,13 @@ impl StateMachineStore {
     }
 
     fn current_snapshot(&self) -> Result<Option<Snapshot>, StoreError> {
-        Ok(self.snapshots.open_current()?.map(|(meta, file)| Snapshot {
-            meta,
-            snapshot: Box::new(tokio::fs::File::from_std(file)),
-        }))
+        Ok(self
+            .snapshots
+            .open_current()?
+            .map(|(meta, _, file)| Snapshot {
+                meta,
+                snapshot: Box::new(tokio::fs::File::from_std(file)),
+            }))
     }
 }
 
@@ -229,6 +283,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     type SnapshotBuilder = SnapshotBuilder;
 
     async fn applied_state(&mut self) -> StorageResult<(Option<LogId>, StoredMembership)> {
+        self.settle()
+            .await
+            .map_err(|e| StorageIOError::read_state_machine(&e))?;
         let applied = self.shared.read();
         Ok((applied.last_applied, applied.membership.clone()))
     }
@@ -238,17 +295,17 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        // baton-core's apply never fails and nothing is written here, so there
-        // is no error path.
+        // baton-core's apply never fails and nothing is written here: the only
+        // error is a snapshot that was installed but could not be restored.
+        self.settle()
+            .await
+            .map_err(|e| StorageIOError::write_state_machine(&e))?;
         Ok(self.apply_entries(entries))
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        SnapshotBuilder::new(
-            self.shared.read().clone(),
-            Arc::clone(&self.snapshots),
-            Arc::clone(&self.metrics),
-        )
+        let view = self.settle().await.map(|()| self.shared.read().clone());
+        SnapshotBuilder::new(view, Arc::clone(&self.snapshots), Arc::clone(&self.metrics))
     }
 
     async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<tokio::fs::File>> {
@@ -270,49 +327,80 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     ) -> StorageResult<()> {
         use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
-        tracing::info!(snapshot = %meta, "installing snapshot");
         let signature = meta.signature();
+        let write_error =
+            |e: &StoreError| StorageIOError::write_snapshot(Some(signature.clone()), e);
+        self.settle().await.map_err(|e| write_error(&e))?;
+        tracing::info!(snapshot = %meta, "installing snapshot");
+        let started = std::time::Instant::now();
         let io_error =
             |e: std::io::Error| StorageIOError::read_snapshot(Some(signature.clone()), &e);
-        // Read back from whatever file openraft hands over (usually the one
-        // `begin_receiving_snapshot` made): decoding needs the bytes anyway.
         snapshot.flush().await.map_err(io_error)?;
-        snapshot
-            .seek(std::io::SeekFrom::Start(0))
-            .await
-            .map_err(io_error)?;
-        let mut data = Vec::new();
-        snapshot.read_to_end(&mut data).await.map_err(io_error)?;
         let handed = snapshot.metadata().await.map_err(io_error)?;
-        drop(snapshot);
-        // The receiving file itself, or another file (then the bytes are
-        // written into a file of our own, and the receiving one is removed).
+        // The receiving file itself (the usual case), or another file: then
+        // its bytes are read, to be written into a file of our own, and the
+        // receiving one is removed.
         let received = match self.receiving.take() {
-            Some(path) if is_same_file(&handed, &path) => Some(path),
+            Some(path) if is_same_file(&handed, &path) => Ok(path),
             other => {
                 self.receiving = other;
                 self.forget_receiving();
-                None
+                snapshot
+                    .seek(std::io::SeekFrom::Start(0))
+                    .await
+                    .map_err(io_error)?;
+                let mut bytes = Vec::new();
+                snapshot.read_to_end(&mut bytes).await.map_err(io_error)?;
+                Err(bytes)
             }
         };
-        self.metrics
-            .snapshot_bytes
-            .store(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        let shared = Arc::clone(&self.shared);
+        drop(snapshot);
         let snapshots = Arc::clone(&self.snapshots);
         let owned_meta = meta.clone();
-        tokio::task::spawn_blocking(move || {
-            Self::install(&shared, &snapshots, &owned_meta, data, received)
+        let stored = tokio::task::spawn_blocking(move || {
+            Self::store_received(&snapshots, &owned_meta, received)
         })
         .await
-        .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?
-        .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e).into())
+        .unwrap_or(Err(StoreError::BuilderStopped))
+        .map_err(|e| write_error(&e))?;
+        self.metrics
+            .snapshot_bytes
+            .store(handed.len(), std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(
+            snapshot = %meta,
+            store_ms = started.elapsed().as_millis() as u64,
+            "stored snapshot; restoring it in the background"
+        );
+        let shared = Arc::clone(&self.shared);
+        let owned_meta = meta.clone();
+        self.restoring = Some(tokio::task::spawn_blocking(move || {
+            Self::restore(&shared, &owned_meta, stored)
+        }));
+        Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot>> {
         self.current_snapshot()
             .map_err(|e| StorageIOError::read_snapshot(None, &e).into())
     }
+}
+
+/// Checks the envelope at the start of the received file at `path` (see
+/// [`SnapshotEnvelope::check_head`]) without reading the whole file.
+fn check_received_file(meta: &SnapshotMeta, path: &std::path::Path) -> Result<(), StoreError> {
+    use std::io::Read;
+
+    /// More than the envelope's fields ever take (a membership of a few nodes).
+    const HEAD_BYTES: u64 = 1 << 20;
+    let io = |source: std::io::Error| StoreError::SnapshotFile {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    let mut head = Vec::new();
+    file.take(HEAD_BYTES).read_to_end(&mut head).map_err(io)?;
+    SnapshotEnvelope::check_head(meta, &head, len).map(|_| ())
 }
 
 /// Whether `handed` (the metadata of an open file) describes the file at `path`.

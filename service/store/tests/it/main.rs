@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+mod deferred_restore;
 mod recovery;
 mod snapshot_order;
 mod storage_suite;

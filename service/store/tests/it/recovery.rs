@@ -163,7 +163,8 @@ impl ApplyObserver for Recorder {
             .push((log_index, outcomes.to_vec()));
     }
 
-    fn snapshot_installed(&self, revision: u64) {
+    fn snapshot_installed(&self, revision: u64, machine: &baton_core::StateMachine) {
+        assert_eq!(machine.revision(), revision, "announced with its state");
         self.installed.lock().unwrap().push(revision);
     }
 }
@@ -278,6 +279,9 @@ async fn installed_snapshot_replaces_state_and_is_announced() {
         vec![("snapshot".to_owned(), received_inode)]
     );
 
+    // The state is restored after the install was answered; the store's next
+    // call waits for it (deferred_restore.rs shows the answer does not).
+    let (applied, membership) = follower.applied_state().await.unwrap();
     assert_eq!(*recorder.installed.lock().unwrap(), vec![leader_revision]);
     assert_eq!(
         follower.metrics().snapshot_bytes.load(Ordering::Relaxed),
@@ -288,7 +292,6 @@ async fn installed_snapshot_replaces_state_and_is_announced() {
         follower.shared().read().machine,
         leader.shared().read().machine
     );
-    let (applied, membership) = follower.applied_state().await.unwrap();
     assert_eq!(applied, Some(log_id(2, 3)));
     assert_eq!(membership.log_id(), &Some(log_id(1, 1)));
     assert_eq!((applied, membership), leader.applied_state().await.unwrap());
@@ -303,7 +306,7 @@ async fn installed_snapshot_replaces_state_and_is_announced() {
     assert_eq!(current.meta, built.meta);
 
     // Snapshot bytes that disagree with their meta are refused, and the stored
-    // snapshot stays.
+    // snapshot stays; so are bytes cut short in transfer.
     let mut wrong_meta = built.meta.clone();
     wrong_meta.last_log_id = Some(log_id(2, 9));
     let received = received_copy(&mut follower, &mut built).await;
@@ -311,10 +314,21 @@ async fn installed_snapshot_replaces_state_and_is_announced() {
         .install_snapshot(&wrong_meta, received)
         .await
         .is_err());
+    let received = received_copy(&mut follower, &mut built).await;
+    received.set_len(built_bytes - 1).await.unwrap();
+    let refused = follower
+        .install_snapshot(&built.meta, received)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("its envelope says"),
+        "{refused}"
+    );
     assert_eq!(
         follower.get_current_snapshot().await.unwrap().unwrap().meta,
         built.meta
     );
+    follower.applied_state().await.unwrap();
     // The refused bytes' file is gone; the stored snapshot is untouched.
     assert_eq!(
         snapshot_files(follower_dir.path()),
