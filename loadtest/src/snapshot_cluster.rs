@@ -376,6 +376,20 @@ fn buckets(exposition: &str, name: &str) -> Vec<(f64, u64)> {
         .collect()
 }
 
+/// `n` with a comma between each group of three digits, as the rest of
+/// BENCHMARKS.md writes counts.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
 fn render(report: &SnapshotClusterReport, command: &str) -> String {
     let ms = |us: u64| format!("{:.1}", us as f64 / 1000.0);
     let mut out = format!(
@@ -395,8 +409,8 @@ the target allows {allowed} ms (a quarter of the election timeout).\n\n\
         every = report.snapshot_every,
         ratio = report.snapshot_log_ratio,
         timeout = report.election_timeout_ms,
-        held = report.held,
-        leases = report.leases,
+        held = grouped(report.held as u64),
+        leases = grouped(report.leases as u64),
         fill = report.fill_s,
         clients = report.run.clients,
         dur = report.run.duration_s,
@@ -407,8 +421,8 @@ the target allows {allowed} ms (a quarter of the election timeout).\n\n\
         out.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
             node.role,
-            node.gaps,
-            node.gaps_over_quarter,
+            grouped(node.gaps),
+            grouped(node.gaps_over_quarter),
             node.longest_gap_at_most_ms
                 .map_or("-".to_owned(), |ms| format!("{ms:.0} ms")),
             node.snapshots_built,
@@ -449,6 +463,15 @@ p99 {} ms, worst one-second p99 {} ms, {} errors.\n",
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_are_grouped_by_thousands() {
+        let cases = [(0, "0"), (999, "999"), (1_000, "1,000"), (18_463, "18,463")];
+        for (n, text) in cases {
+            assert_eq!(grouped(n), text);
+        }
+        assert_eq!(grouped(1_000_000), "1,000,000");
+    }
 
     const BEFORE: &str = "\
 baton_raft_leader_contact_gap_seconds_bucket{le=\"0.1\"} 10
