@@ -147,6 +147,34 @@ impl LeaseClock {
         }
     }
 
+    /// Brings the deadlines in step with `state` after a snapshot replaced the
+    /// applied state (whose lease events the clock never saw), in the same
+    /// term and under one lock: leases `state` no longer has are forgotten,
+    /// leases it adds start at a full TTL, and leases already tracked keep
+    /// their deadline, so an expiry already decided stays decided.
+    pub fn restart_from(&self, state: &StateMachine) {
+        let now = Instant::now();
+        let live: HashMap<LeaseId, u64> = state.leases().collect();
+        let mut deadlines = self.lock();
+        let gone: Vec<LeaseId> = deadlines
+            .leases
+            .keys()
+            .filter(|lease_id| !live.contains_key(lease_id))
+            .copied()
+            .collect();
+        for lease_id in gone {
+            deadlines.remove(lease_id);
+        }
+        for (lease_id, ttl_ms) in live {
+            if !deadlines.leases.contains_key(&lease_id) {
+                deadlines.set(
+                    lease_id,
+                    Deadline::starting(now, Duration::from_millis(ttl_ms)),
+                );
+            }
+        }
+    }
+
     /// Moves a lease's deadline to a full TTL from now. `None` if unknown here or
     /// if its expiry has already been proposed: that proposal will commit, so a
     /// keepalive acknowledged now would promise a lease that is about to end.
@@ -273,6 +301,52 @@ mod tests {
         );
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(clock.take_expired(usize::MAX).leases, vec![LeaseId(1)]);
+    }
+
+    /// Review of the deferred snapshot restore: a node that leads while its
+    /// restore runs brings the snapshot's leases in without giving up its
+    /// term or an expiry it already decided.
+    #[tokio::test(start_paused = true)]
+    async fn an_installed_state_keeps_the_term_and_decided_expiries() {
+        let ctx = ApplyContext {
+            now_ms: 0,
+            limits: Limits::default(),
+            term: 1,
+        };
+        let state_with = |leases: &[u128]| {
+            let mut state = StateMachine::new();
+            for lease in leases {
+                state.apply(
+                    &ctx,
+                    &Request::plain(Command::CreateLease {
+                        lease_id: LeaseId(*lease),
+                        ttl_ms: 1_000,
+                        holder: String::new(),
+                    }),
+                );
+            }
+            state
+        };
+        let clock = LeaseClock::default();
+        clock.reset_all(&state_with(&[1, 2]), 5);
+        tokio::time::advance(Duration::from_millis(1_001)).await;
+        let decided = clock.take_expired(usize::MAX);
+        assert_eq!(decided.leases, vec![LeaseId(1), LeaseId(2)]);
+
+        clock.restart_from(&state_with(&[1, 3]));
+        assert_eq!(clock.term(), 5, "the term is the one this node leads");
+        assert_eq!(
+            clock.keep_alive(LeaseId(1)),
+            None,
+            "its expiry is in flight"
+        );
+        assert_eq!(clock.remaining(LeaseId(2)), None, "gone with the snapshot");
+        assert_eq!(
+            clock.remaining(LeaseId(3)),
+            Some(Duration::from_millis(1_000)),
+            "new in the snapshot: a full TTL"
+        );
+        assert_eq!(clock.len(), 2);
     }
 
     #[tokio::test(start_paused = true)]

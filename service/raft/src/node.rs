@@ -95,11 +95,11 @@ impl ApplyObserver for Dispatcher {
 
     fn snapshot_installed(&self, revision: u64, machine: &StateMachine) {
         // The clock learns leases from applied events, and a snapshot brings
-        // none: it starts over from the installed state, every lease at a full
-        // TTL. That matters on a node that won an election while its install
-        // was still being restored (the leadership reset read the old state);
-        // a full TTL never shortens a lease.
-        self.clock.reset_all(machine, self.clock.term());
+        // none: it catches up with the installed state. That matters on a node
+        // that won an election while its install was still being restored (the
+        // leadership reset read the old state); the term and decided expiries
+        // stay as they are.
+        self.clock.restart_from(machine);
         self.snapshots_installed.fetch_add(1, Ordering::Relaxed);
         self.metrics.snapshot_installed();
         self.watch.snapshot_installed(revision);

@@ -98,6 +98,19 @@ pub enum StoreError {
         /// The length received.
         actual: u64,
     },
+    /// Received snapshot bytes do not have the CRC-32 their id promises:
+    /// damaged on the way.
+    #[error("snapshot data has CRC-32 {actual:08x} but its id promises {expected:08x}")]
+    SnapshotChecksum {
+        /// The CRC-32 the snapshot id carries.
+        expected: u32,
+        /// The CRC-32 of the bytes received.
+        actual: u32,
+    },
+    /// The thread restoring an installed snapshot ended without a result (it
+    /// panicked, or the runtime shut down).
+    #[error("the restore of the installed snapshot stopped before it finished: {0}")]
+    RestoreStopped(#[source] tokio::task::JoinError),
     /// An installed snapshot could not be restored into memory after it was
     /// stored: this store refuses everything from then on (openraft stops).
     #[error("the installed snapshot could not be restored: {0}")]

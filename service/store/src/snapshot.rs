@@ -23,6 +23,10 @@ use crate::type_config::{LogId, SnapshotMeta, StoredMembership};
 /// [`PacedSync`]): a few milliseconds of this disk's write bandwidth.
 const SYNC_STEP_BYTES: u64 = 8 << 20;
 
+/// What separates a snapshot id from the CRC-32 of its bytes
+/// ([`SnapshotEnvelope::id_with_checksum`]).
+const CHECKSUM_MARK: &str = ".crc32-";
+
 /// The bytes of a snapshot, as sent to followers: self-describing, so a
 /// receiver can check them against the meta it was given.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -55,19 +59,51 @@ impl SnapshotEnvelope {
     /// without first copying `machine` into an envelope: the format byte, the
     /// fields in order, and `machine` as postcard writes a byte vector (its
     /// length as a varint, then the bytes).
+    /// Returns the CRC-32 of all the bytes written.
     pub(crate) fn write(
         last_applied: Option<&LogId>,
         membership: &StoredMembership,
         machine: &[u8],
         out: &mut impl Write,
-    ) -> std::io::Result<()> {
+    ) -> std::io::Result<u32> {
         let head = postcard::to_extend(
             &(last_applied, membership, machine.len()),
             vec![crate::codec::FORMAT_V1],
         )
         .map_err(std::io::Error::other)?;
         out.write_all(&head)?;
-        out.write_all(machine)
+        out.write_all(machine)?;
+        let mut checksum = crc32fast::Hasher::new();
+        checksum.update(&head);
+        checksum.update(machine);
+        Ok(checksum.finalize())
+    }
+
+    /// `id` with the CRC-32 of the snapshot's bytes appended: the id travels to
+    /// followers in openraft's meta, so a follower can check the bytes it
+    /// received before it stores them, without a change to the file format
+    /// (a build that does not know the suffix treats the id as opaque, as
+    /// openraft does).
+    pub(crate) fn id_with_checksum(id: &str, checksum: u32) -> String {
+        format!("{id}{CHECKSUM_MARK}{checksum:08x}")
+    }
+
+    /// The CRC-32 `meta`'s snapshot id promises, if it carries one (snapshots
+    /// of builds before the suffix do not).
+    pub(crate) fn promised_checksum(meta: &SnapshotMeta) -> Option<u32> {
+        let (_, hex) = meta.snapshot_id.rsplit_once(CHECKSUM_MARK)?;
+        u32::from_str_radix(hex, 16).ok()
+    }
+
+    /// Checks `actual`, the CRC-32 of received bytes, against what `meta`'s
+    /// id promises (nothing to check for an id without one).
+    pub(crate) fn check_checksum(meta: &SnapshotMeta, actual: u32) -> Result<(), StoreError> {
+        match Self::promised_checksum(meta) {
+            Some(expected) if expected != actual => {
+                Err(StoreError::SnapshotChecksum { expected, actual })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Checks what can be checked of snapshot bytes without decoding the
@@ -320,21 +356,24 @@ impl SnapshotStore {
 
     /// Streams `applied`'s snapshot bytes into a staged file: the state
     /// machine is encoded once, and its envelope is written around it without
-    /// another copy.
+    /// another copy. Returns the file and the CRC-32 of its bytes.
     pub(crate) fn stage_built(
         &self,
         seq: u64,
         applied: &AppliedState,
-    ) -> Result<PathBuf, StoreError> {
+    ) -> Result<(PathBuf, u32), StoreError> {
         let machine = applied.machine.to_snapshot();
-        self.write_staged(seq, |out| {
-            SnapshotEnvelope::write(
+        let mut checksum = 0;
+        let staged = self.write_staged(seq, |out| {
+            checksum = SnapshotEnvelope::write(
                 applied.last_applied.as_ref(),
                 &applied.membership,
                 &machine,
                 out,
-            )
-        })
+            )?;
+            Ok(())
+        })?;
+        Ok((staged, checksum))
     }
 
     /// Writes snapshot bytes into a staged file.
@@ -482,7 +521,7 @@ mod tests {
     fn written_parts_are_the_encoded_envelope() {
         let applied = applied();
         let mut written = Vec::new();
-        SnapshotEnvelope::write(
+        let checksum = SnapshotEnvelope::write(
             applied.last_applied.as_ref(),
             &applied.membership,
             &applied.machine.to_snapshot(),
@@ -490,6 +529,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(written, SnapshotEnvelope::of(&applied).encode().unwrap());
+        assert_eq!(checksum, crc32fast::hash(&written));
+
+        // The id carries it; a follower checks received bytes against it, and
+        // an id without one (an older leader) promises nothing.
+        let mut meta = meta_of(&applied, "2-9-4");
+        assert_eq!(SnapshotEnvelope::promised_checksum(&meta), None);
+        SnapshotEnvelope::check_checksum(&meta, 1).unwrap();
+        meta.snapshot_id = SnapshotEnvelope::id_with_checksum("2-9-4", checksum);
+        assert_eq!(SnapshotEnvelope::promised_checksum(&meta), Some(checksum));
+        SnapshotEnvelope::check_checksum(&meta, checksum).unwrap();
+        let mut corrupt = written.clone();
+        *corrupt.last_mut().unwrap() ^= 1;
+        assert!(matches!(
+            SnapshotEnvelope::check_checksum(&meta, crc32fast::hash(&corrupt)),
+            Err(StoreError::SnapshotChecksum { .. })
+        ));
     }
 
     #[test]
@@ -543,7 +598,7 @@ mod tests {
                     .unwrap();
             for _ in 0..2 {
                 let (seq, id) = store.next_id(applied.last_applied.as_ref());
-                let staged = store.stage_built(seq, &applied).unwrap();
+                let (staged, _) = store.stage_built(seq, &applied).unwrap();
                 assert!(store
                     .commit(seq, &meta_of(&applied, &id), &staged, true)
                     .unwrap());

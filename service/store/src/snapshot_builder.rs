@@ -7,7 +7,7 @@ use openraft::{RaftSnapshotBuilder, StorageIOError};
 use crate::error::StoreError;
 use crate::metrics::StoreMetrics;
 use crate::shared::AppliedState;
-use crate::snapshot::SnapshotStore;
+use crate::snapshot::{SnapshotEnvelope, SnapshotStore};
 use crate::type_config::{Snapshot, SnapshotMeta, StorageResult, TypeConfig};
 
 /// Builds a snapshot of the state as it was when openraft asked for the builder.
@@ -45,12 +45,12 @@ impl SnapshotBuilder {
         snapshots: &SnapshotStore,
     ) -> Result<(Snapshot, u64), StoreError> {
         let (seq, snapshot_id) = snapshots.next_id(view.last_applied.as_ref());
+        let (staged, checksum) = snapshots.stage_built(seq, view)?;
         let meta = SnapshotMeta {
             last_log_id: view.last_applied,
             last_membership: view.membership.clone(),
-            snapshot_id,
+            snapshot_id: SnapshotEnvelope::id_with_checksum(&snapshot_id, checksum),
         };
-        let staged = snapshots.stage_built(seq, view)?;
         // Opened before it is committed or dropped: either way the handle
         // reads these bytes.
         let (file, bytes) = std::fs::File::open(&staged)
