@@ -36,17 +36,21 @@ pub(crate) fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<
         .map_err(|source| StoreError::Encode { what, source })
 }
 
+/// The postcard bytes after the format byte, refusing unknown versions.
+pub(crate) fn body_of<'a>(what: &'static str, bytes: &'a [u8]) -> Result<&'a [u8], StoreError> {
+    match bytes.split_first() {
+        Some((&FORMAT_V1, body)) => Ok(body),
+        Some((&version, _)) => Err(StoreError::UnknownFormat { what, version }),
+        None => Err(StoreError::UnknownFormat { what, version: 0 }),
+    }
+}
+
 /// Reverses [`encode`], refusing unknown versions and trailing bytes.
 pub(crate) fn decode<T: DeserializeOwned>(
     what: &'static str,
     bytes: &[u8],
 ) -> Result<T, StoreError> {
-    let Some((&version, body)) = bytes.split_first() else {
-        return Err(StoreError::UnknownFormat { what, version: 0 });
-    };
-    if version != FORMAT_V1 {
-        return Err(StoreError::UnknownFormat { what, version });
-    }
+    let body = body_of(what, bytes)?;
     let (value, rest) =
         postcard::take_from_bytes(body).map_err(|source| StoreError::Decode { what, source })?;
     if !rest.is_empty() {

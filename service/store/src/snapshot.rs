@@ -95,6 +95,20 @@ impl SnapshotEnvelope {
         u32::from_str_radix(hex, 16).ok()
     }
 
+    /// Checks received snapshot bytes before they are stored, without
+    /// decoding the state: their beginning `head` and length `len` (see
+    /// [`SnapshotEnvelope::check_head`]) and `checksum`, the CRC-32 of all of
+    /// them (see [`SnapshotEnvelope::check_checksum`]).
+    pub(crate) fn check_received(
+        meta: &SnapshotMeta,
+        head: &[u8],
+        len: u64,
+        checksum: u32,
+    ) -> Result<(), StoreError> {
+        Self::check_head(meta, head, len)?;
+        Self::check_checksum(meta, checksum)
+    }
+
     /// Checks `actual`, the CRC-32 of received bytes, against what `meta`'s
     /// id promises (nothing to check for an id without one).
     pub(crate) fn check_checksum(meta: &SnapshotMeta, actual: u32) -> Result<(), StoreError> {
@@ -118,18 +132,7 @@ impl SnapshotEnvelope {
         len: u64,
     ) -> Result<usize, StoreError> {
         const WHAT: &str = "snapshot data";
-        let Some((&version, body)) = head.split_first() else {
-            return Err(StoreError::UnknownFormat {
-                what: WHAT,
-                version: 0,
-            });
-        };
-        if version != crate::codec::FORMAT_V1 {
-            return Err(StoreError::UnknownFormat {
-                what: WHAT,
-                version,
-            });
-        }
+        let body = crate::codec::body_of(WHAT, head)?;
         let ((last_applied, _membership, machine_len), rest): (
             (Option<LogId>, StoredMembership, u64),
             &[u8],

@@ -194,8 +194,8 @@ impl StateMachineStore {
                 snapshots.adopt_received(path)?
             }
             Err(bytes) => {
-                SnapshotEnvelope::check_head(meta, &bytes, bytes.len() as u64)?;
-                SnapshotEnvelope::check_checksum(meta, crc32fast::hash(&bytes))?;
+                let (len, checksum) = (bytes.len() as u64, crc32fast::hash(&bytes));
+                SnapshotEnvelope::check_received(meta, &bytes, len, checksum)?;
                 snapshots.stage_bytes(seq, &bytes)?
             }
         };
@@ -394,9 +394,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 }
 
-/// Checks the received file at `path` before it is stored: its envelope (see
-/// [`SnapshotEnvelope::check_head`]), and its bytes against the CRC-32 the
-/// snapshot id promises (a read from the page cache, tens of milliseconds for
+/// Checks the received file at `path` before it is stored
+/// ([`SnapshotEnvelope::check_received`]): its envelope, and its bytes against
+/// the CRC-32 the snapshot id promises (a read from the page cache, tens of milliseconds for
 /// 75 MiB), without decoding the state.
 fn check_received_file(meta: &SnapshotMeta, path: &std::path::Path) -> Result<(), StoreError> {
     use std::io::Read;
@@ -423,8 +423,7 @@ fn check_received_file(meta: &SnapshotMeta, path: &std::path::Path) -> Result<()
             head.extend_from_slice(&buffer[..wanted]);
         }
     }
-    SnapshotEnvelope::check_head(meta, &head, len)?;
-    SnapshotEnvelope::check_checksum(meta, checksum.finalize())
+    SnapshotEnvelope::check_received(meta, &head, len, checksum.finalize())
 }
 
 /// Whether `handed` (the metadata of an open file) describes the file at `path`.
