@@ -23,9 +23,10 @@ pub struct AppliedState {
 /// Told about every applied change, so the raft layer can answer waiting
 /// requests and feed watch streams.
 ///
-/// Called from openraft's state-machine task after the state was updated and
-/// the lock released; a slow observer delays applying, so hand work off
-/// (e.g. to a channel) rather than doing it here.
+/// Called from openraft's state-machine task (`applied` after the state was
+/// updated and the lock released) or the restore that follows a snapshot
+/// install; a slow observer delays applying, so hand work off (e.g. to a
+/// channel) rather than doing it here.
 pub trait ApplyObserver: Send + Sync + 'static {
     /// The outcomes of the normal entry at `log_index`, one per request of its
     /// batch, in request order, and the batch's leader-stamped `now_ms`. Called
@@ -35,7 +36,9 @@ pub trait ApplyObserver: Send + Sync + 'static {
 
     /// A snapshot replaced the whole state with `machine`, at revision
     /// `revision`. Outcomes of the entries it covers are never delivered.
-    /// Called with the state's read lock held: do not take it again.
+    /// Called with the state's write lock held, so that no reader sees the new
+    /// state before this ran: do not take the lock again, and be quick
+    /// (readers wait).
     fn snapshot_installed(&self, revision: u64, machine: &StateMachine);
 }
 

@@ -226,13 +226,20 @@ impl StateMachineStore {
         drop(data);
         let decoded = started.elapsed();
         let revision = applied.machine.revision();
+        let observer = shared.observer();
+        let mut state = shared.write();
+        let replaced = std::mem::replace(&mut *state, applied);
+        // Announced before the lock is released: a reader that sees the new
+        // state also sees the install counted and the lease clock caught up.
+        // Announcing after let a reader see the snapshot's revision with the
+        // install not yet counted (a flaky cluster test caught that).
+        if let Some(observer) = observer {
+            observer.snapshot_installed(revision, &state.machine);
+        }
+        drop(state);
         // The old state is dropped after the lock is released: freeing a
         // million locks is itself many milliseconds that readers need not wait.
-        let replaced = std::mem::replace(&mut *shared.write(), applied);
         drop(replaced);
-        if let Some(observer) = shared.observer() {
-            observer.snapshot_installed(revision, &shared.read().machine);
-        }
         shared.publish_revision(revision);
         tracing::info!(
             snapshot = %meta,

@@ -189,3 +189,55 @@ async fn received_bytes_that_do_not_match_the_ids_checksum_are_not_stored() {
         leader.shared().read().machine
     );
 }
+
+/// Announces an install slowly, and says whether it has.
+#[derive(Default)]
+struct SlowAnnouncer {
+    told: std::sync::atomic::AtomicBool,
+}
+
+impl baton_store::ApplyObserver for SlowAnnouncer {
+    fn applied(&self, _log_index: u64, _now_ms: u64, _outcomes: &[baton_core::Outcome]) {}
+
+    fn snapshot_installed(&self, _revision: u64, _machine: &baton_core::StateMachine) {
+        // Widens the moment between the swap and the announcement, so a
+        // reader let in between would see the new state untold.
+        std::thread::sleep(Duration::from_millis(100));
+        self.told.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Reproduces a flaky cluster test (a restarted node's `/v1/cluster` showed
+/// the snapshot's revision while `baton_snapshots_installed` still read 0):
+/// the restore swapped the state in, released the lock, then announced.
+#[tokio::test]
+async fn a_reader_that_sees_the_installed_state_sees_the_install_announced() {
+    let leader_dir = TempDir::new().unwrap();
+    let (leader, mut built) = leader_snapshot(&leader_dir).await;
+    let wanted = leader.shared().read().machine.revision();
+    let dir = TempDir::new().unwrap();
+    let (_log, mut follower) = baton_store::open(dir.path()).unwrap();
+    follower.apply([blank(1, 1)]).await.unwrap();
+    assert!(follower.shared().read().machine.revision() < wanted);
+    let announcer = std::sync::Arc::new(SlowAnnouncer::default());
+    follower.set_observer(announcer.clone());
+
+    let shared = follower.shared();
+    let told = announcer.clone();
+    let reader = std::thread::spawn(move || loop {
+        if shared.read().machine.revision() >= wanted {
+            return told.told.load(std::sync::atomic::Ordering::SeqCst);
+        }
+        std::thread::yield_now();
+    });
+    let received = received_copy(&mut follower, &mut built).await;
+    follower
+        .install_snapshot(&built.meta, received)
+        .await
+        .unwrap();
+    follower.applied_state().await.unwrap();
+    assert!(
+        reader.join().unwrap(),
+        "a reader saw the snapshot's state before the install was announced"
+    );
+}
