@@ -52,6 +52,11 @@ use crate::cli::{Cli, Command, DevCommand, ServeArgs};
 use crate::proxy::Proxy;
 use crate::supervisor::Target;
 
+/// Every allocation of the server goes through mimalloc rather than glibc's
+/// malloc (why: `Cargo.toml` and ARCHITECTURE.md, "Memory allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Installs logging and, when the `OTEL_*` variables ask for it, the trace
 /// exporter; an unsupported `OTEL_*` value fails the start.
 fn init_telemetry(args: &ServeArgs) -> anyhow::Result<telemetry::Telemetry> {
