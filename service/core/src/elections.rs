@@ -57,13 +57,11 @@ impl StateMachine {
                 value: value.to_owned(),
             },
         );
-        if let Some(holding) = self
-            .elections
-            .get_mut(name)
-            .and_then(|s| s.holders.first_mut())
-        {
-            holding.value = value.to_owned();
-            holding.modified_revision = revision;
+        if let Some(mut slot) = self.elections.get_mut(name) {
+            if let Some(holding) = slot.holders.first_mut() {
+                holding.value = value.to_owned();
+                holding.modified_revision = revision;
+            }
         }
         Ok(Reply::Proclaimed(Proclaimed {
             name: name.to_owned(),
@@ -118,7 +116,7 @@ impl StateMachine {
         let Some(holding) = self
             .elections
             .get_mut(name)
-            .and_then(|s| (!s.holders.is_empty()).then(|| s.holders.remove(0)))
+            .and_then(|mut s| (!s.holders.is_empty()).then(|| s.holders.remove(0)))
         else {
             return;
         };

@@ -11,7 +11,7 @@ use crate::name::validate_name;
 use crate::outcome::{EndReason, Event};
 use crate::queueing::SlotKind;
 use crate::reply::{ForceReleased, Reply};
-use crate::slot::Slots;
+use crate::slots::Slots;
 
 /// What a force-release ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

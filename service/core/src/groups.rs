@@ -111,7 +111,7 @@ impl StateMachine {
             let holder = self.materialize_lease(lease, holder, events);
             let reply = self.queued_group(&blocked.name, waiter, lease_id);
             for lock in locks {
-                let slot = self.locks.entry(lock.name.clone()).or_default();
+                let mut slot = self.locks.get_or_default(&lock.name);
                 slot.queue.push_back(Waiting {
                     waiter,
                     lease_id,
@@ -122,6 +122,7 @@ impl StateMachine {
                     mode: lock.mode,
                     permits: 1,
                 });
+                drop(slot);
                 self.attach(lease_id, Attachment::LockWait(lock.name.clone(), waiter));
                 let name = lock.name.clone();
                 self.emit(events, EventKind::LockQueued { name, waiter });
@@ -244,7 +245,7 @@ impl StateMachine {
             let Some(place) = self
                 .locks
                 .get_mut(&lock.name)
-                .and_then(|slot| slot.remove_waiter(waiter))
+                .and_then(|mut slot| slot.remove_waiter(waiter))
             else {
                 continue;
             };
@@ -285,7 +286,7 @@ impl StateMachine {
             let removed = self
                 .locks
                 .get_mut(&lock.name)
-                .and_then(|slot| slot.remove_waiter(waiter));
+                .and_then(|mut slot| slot.remove_waiter(waiter));
             if removed.is_some() {
                 let name = lock.name.clone();
                 self.emit(

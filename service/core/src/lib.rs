@@ -77,6 +77,7 @@ mod quota;
 mod reply;
 mod semaphores;
 mod slot;
+mod slots;
 mod snapshot;
 mod snapshot_legacy;
 mod usage;

@@ -82,7 +82,7 @@ impl StateMachine {
         events: &mut Vec<Event>,
     ) {
         let clock = self.clock_ms;
-        let Some(slot) = self.locks.get_mut(name) else {
+        let Some(mut slot) = self.locks.get_mut(name) else {
             return;
         };
         let Some(holding) = slot.remove_holder(lease_id) else {
@@ -101,6 +101,8 @@ impl StateMachine {
                 self.delayed.insert((until, name.to_owned()));
             }
         }
+        // The slot's change is counted before anything else looks at the state.
+        drop(slot);
         self.emit(
             events,
             EventKind::LockReleased {
@@ -114,12 +116,13 @@ impl StateMachine {
     /// Ends a lock delay that has passed, handing the lock to the waiters in line.
     fn settle_lock(&mut self, name: &str, events: &mut Vec<Event>) {
         let clock = self.clock_ms;
-        let Some(slot) = self.locks.get_mut(name) else {
+        let Some(mut slot) = self.locks.get_mut(name) else {
             return;
         };
         match slot.delay_until_ms {
             Some(until) if until <= clock => {
                 slot.delay_until_ms = None;
+                drop(slot);
                 self.delayed.remove(&(until, name.to_owned()));
                 self.promote_next(SlotKind::Lock, name, events);
             }

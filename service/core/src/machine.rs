@@ -14,7 +14,7 @@ use crate::outcome::{EndReason, Event, EventKind, Outcome};
 use crate::queueing::{Claim, SlotKind};
 use crate::quota::Quota;
 use crate::reply::Reply;
-use crate::slot::Slots;
+use crate::slots::Slots;
 use crate::usage::UsageTable;
 
 /// What a log entry tells the state machine about the world.
@@ -63,9 +63,7 @@ pub struct StateMachine {
     pub(crate) leases: Leases,
     /// Boxed: tree nodes are often only half full, so small entries (name +
     /// pointer) save more than the box costs.
-    #[serde(deserialize_with = "crate::persistent::ord_map")]
     pub(crate) locks: Slots,
-    #[serde(deserialize_with = "crate::persistent::ord_map")]
     pub(crate) elections: Slots,
     #[serde(deserialize_with = "crate::persistent::ord_map")]
     pub(crate) names: imbl::OrdMap<String, NameEntry>,
@@ -82,7 +80,6 @@ pub struct StateMachine {
     #[serde(deserialize_with = "crate::persistent::ord_map")]
     pub(crate) lease_owners: imbl::OrdMap<LeaseId, String>,
     /// Semaphores that have holders or waiters (format 4).
-    #[serde(deserialize_with = "crate::persistent::ord_map")]
     pub(crate) semaphores: Slots,
     /// Multi-acquires waiting in several lock lines, by their waiter id (format 4).
     #[serde(deserialize_with = "crate::persistent::ord_map")]

@@ -23,7 +23,8 @@ use crate::limits::Limits;
 use crate::machine::StateMachine;
 use crate::outcome::{EndReason, Event, EventKind, Grant};
 use crate::reply::{PermitGrant, Reply};
-use crate::slot::{Holding, LockMode, Slot, Slots, Waiting};
+use crate::slot::{Holding, LockMode, Slot, Waiting};
+use crate::slots::Slots;
 
 /// Which kind of slot a claim is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -378,7 +379,7 @@ impl StateMachine {
             self.check_lease_for_holding(limits, lease, 1)?;
             let holder = self.materialize_lease(lease, holder, events);
             let (slots, leases) = kind.slots_mut(self);
-            let slot = slots.entry(name.to_owned()).or_default();
+            let mut slot = slots.get_or_default(name);
             slot.queue.push_back(Waiting {
                 waiter,
                 lease_id,
@@ -389,7 +390,8 @@ impl StateMachine {
                 mode,
                 permits,
             });
-            let reply = kind.queued(slot, waiter, lease_id, leases);
+            let reply = kind.queued(&slot, waiter, lease_id, leases);
+            drop(slot);
             self.attach(lease_id, kind.waiting(name, waiter));
             self.emit(events, kind.queued_event(name, waiter));
             return Ok(reply);
@@ -469,7 +471,7 @@ impl StateMachine {
             permits: taker.permits,
         };
         let (slots, _) = kind.slots_mut(self);
-        let slot = slots.entry(name.to_owned()).or_default();
+        let mut slot = slots.get_or_default(name);
         // Only a claim names a limit (and only one that matches, once the
         // semaphore exists); a grant from the line keeps the one that stands.
         if limit > 0 {
@@ -477,6 +479,7 @@ impl StateMachine {
         }
         let limit = slot.limit;
         slot.holders.push(holding.clone());
+        drop(slot);
         let event = kind.granted_event(grant.clone(), &taker, limit, waiter);
         let emitted = self.emit(events, event);
         debug_assert_eq!(emitted, token);
@@ -517,7 +520,7 @@ impl StateMachine {
         let (slots, _) = kind.slots_mut(self);
         let Some(next) = slots
             .get_mut(name)
-            .and_then(|slot| slot.remove_waiter(waiter))
+            .and_then(|mut slot| slot.remove_waiter(waiter))
         else {
             return;
         };
@@ -580,13 +583,14 @@ impl StateMachine {
             return self.drop_group(waiter, reason, events);
         }
         let (slots, leases) = kind.slots_mut(self);
-        let Some(slot) = slots.get_mut(name) else {
+        let Some(mut slot) = slots.get_mut(name) else {
             return Vec::new();
         };
         let Some(removed) = slot.remove_waiter(waiter) else {
             return Vec::new();
         };
-        let refusal = kind.taken(slot, leases);
+        let refusal = kind.taken(&slot, leases);
+        drop(slot);
         self.emit(events, kind.wait_ended_event(name, waiter, reason));
         self.record_wait_end(removed.idempotency, wait_end_answer(reason, refusal));
         vec![(kind, name.to_owned())]

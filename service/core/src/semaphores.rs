@@ -93,7 +93,7 @@ impl StateMachine {
         let Some(holding) = self
             .semaphores
             .get_mut(name)
-            .and_then(|slot| slot.remove_holder(lease_id))
+            .and_then(|mut slot| slot.remove_holder(lease_id))
         else {
             return;
         };

@@ -8,10 +8,6 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{LeaseId, WaiterId};
 use crate::lease::Leases;
 
-/// Slots of one kind by name. A persistent map: cloning the state for a snapshot
-/// shares it instead of copying a million entries (see `machine.rs`).
-pub(crate) type Slots = imbl::OrdMap<String, Box<Slot>>;
-
 /// How a lock is held: alone, or beside other shared holders.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,

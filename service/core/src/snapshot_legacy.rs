@@ -12,7 +12,8 @@ use crate::idempotency::IdempotencyTable;
 use crate::ids::{LeaseId, WaiterId};
 use crate::lease::Leases;
 use crate::machine::{NameEntry, StateMachine};
-use crate::slot::{Holding, LockMode, Slot, Slots, Waiting};
+use crate::slot::{Holding, LockMode, Slot, Waiting};
+use crate::slots::Slots;
 
 /// The state as format 3 wrote it (formats 1 and 2 lack trailing fields).
 #[derive(Deserialize)]

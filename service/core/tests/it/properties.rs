@@ -1373,6 +1373,10 @@ fn compare(sm: &StateMachine, model: &Model) -> Result<(), TestCaseError> {
         sm.usage_is_consistent(),
         "the running usage counts equal a count from scratch"
     );
+    prop_assert!(
+        sm.counts_are_consistent(),
+        "the running slot counts equal a count from scratch"
+    );
     for id in model.leases.keys() {
         for principal in ["p0", "p1"] {
             let foreign = model.owners.get(id).is_some_and(|owner| owner != principal);
