@@ -35,10 +35,12 @@ impl SlotTally {
         self.in_use += other.in_use;
     }
 
+    /// Saturating: a miscount must not stop applying (the property tests
+    /// compare the tally with a count from scratch after every entry).
     fn subtract(&mut self, other: SlotTally) {
-        self.held -= other.held;
-        self.waiting -= other.waiting;
-        self.in_use -= other.in_use;
+        self.held = self.held.saturating_sub(other.held);
+        self.waiting = self.waiting.saturating_sub(other.waiting);
+        self.in_use = self.in_use.saturating_sub(other.in_use);
     }
 }
 

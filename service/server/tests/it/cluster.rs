@@ -366,6 +366,10 @@ async fn a_fourth_node_joins_and_a_member_is_removed() {
     })
     .await;
     assert!(joined.is_some(), "node {joiner} became a voter");
+    // A voter before it serves: the API listener opens once the node knows its
+    // leader, a moment after the leader counts it in (a clean-clone run read
+    // it in that moment and was refused the connection).
+    cluster.wait_ready(joiner).await;
     let (status, body) = cluster
         .get(
             joiner,

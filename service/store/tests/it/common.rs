@@ -77,3 +77,19 @@ pub async fn received_copy(
     received.flush().await.unwrap();
     received
 }
+
+/// Sends `snapshot` to `follower` as openraft would, installs it and waits for
+/// its state to be restored.
+pub async fn install_and_restore(
+    follower: &mut baton_store::StateMachineStore,
+    snapshot: &mut baton_store::Snapshot,
+) {
+    use openraft::storage::RaftStateMachine;
+
+    let received = received_copy(follower, snapshot).await;
+    follower
+        .install_snapshot(&snapshot.meta, received)
+        .await
+        .unwrap();
+    follower.applied_state().await.unwrap();
+}

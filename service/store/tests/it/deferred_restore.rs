@@ -8,7 +8,9 @@ use openraft::storage::RaftStateMachine;
 use openraft::RaftSnapshotBuilder;
 use tempfile::TempDir;
 
-use crate::common::{blank, lease_batch, log_id, membership, normal, received_copy};
+use crate::common::{
+    blank, install_and_restore, lease_batch, log_id, membership, normal, received_copy,
+};
 
 /// A leader's store with entries 1..=3 applied, and its snapshot.
 async fn leader_snapshot(dir: &TempDir) -> (baton_store::StateMachineStore, baton_store::Snapshot) {
@@ -150,12 +152,7 @@ async fn received_bytes_that_do_not_match_the_ids_checksum_are_not_stored() {
     let dir = TempDir::new().unwrap();
     {
         let (_log, mut follower) = baton_store::open(dir.path()).unwrap();
-        let received = received_copy(&mut follower, &mut built).await;
-        follower
-            .install_snapshot(&built.meta, received)
-            .await
-            .unwrap();
-        follower.applied_state().await.unwrap();
+        install_and_restore(&mut follower, &mut built).await;
 
         // The same snapshot again, one bit of its last byte flipped on the
         // way: envelope and length are right, the checksum is not.
@@ -230,12 +227,7 @@ async fn a_reader_that_sees_the_installed_state_sees_the_install_announced() {
         }
         std::thread::yield_now();
     });
-    let received = received_copy(&mut follower, &mut built).await;
-    follower
-        .install_snapshot(&built.meta, received)
-        .await
-        .unwrap();
-    follower.applied_state().await.unwrap();
+    install_and_restore(&mut follower, &mut built).await;
     assert!(
         reader.join().unwrap(),
         "a reader saw the snapshot's state before the install was announced"
