@@ -37,6 +37,8 @@
 //!   everyone at the head of the line who may hold together.
 //! - `slot`: the slot with its holders and FIFO queue that all three are made of, and
 //!   who may hold beside whom ([`LockMode`], permits).
+//! - `slots`: the slots of one kind by name, with their counts (held, waiting,
+//!   permits out) kept as they change, so [`StateMachine::counts`] walks nothing.
 //! - `locks`: what a lock adds: the holder label, release by token, the lock delay.
 //! - `groups`: multi-acquire, several locks granted together or not at all.
 //! - `semaphores`: what a semaphore adds: the limit its first acquirer sets, permits.
