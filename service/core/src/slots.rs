@@ -67,13 +67,8 @@ impl Slots {
 
     /// The slot named `name`, created empty if there is none.
     pub fn get_or_default(&mut self, name: &str) -> SlotMut<'_> {
-        if !self.map.contains_key(name) {
-            self.map.insert(name.to_owned(), Box::default());
-        }
-        match self.map.get_mut(name) {
-            Some(slot) => SlotMut::new(slot, &mut self.tally),
-            None => unreachable!("the slot was just inserted"),
-        }
+        let slot = self.map.entry(name.to_owned()).or_default();
+        SlotMut::new(slot, &mut self.tally)
     }
 
     /// Forgets the slot named `name`.

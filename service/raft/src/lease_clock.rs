@@ -82,6 +82,18 @@ impl Deadlines {
             }
         }
     }
+
+    /// Starts every lease of `state` not tracked yet at a full TTL from `now`.
+    fn start_untracked(&mut self, state: &StateMachine, now: Instant) {
+        for (lease_id, ttl_ms) in state.leases() {
+            if !self.leases.contains_key(&lease_id) {
+                self.set(
+                    lease_id,
+                    Deadline::starting(now, Duration::from_millis(ttl_ms)),
+                );
+            }
+        }
+    }
 }
 
 /// Lease id -> deadline, for the term this node leads.
@@ -139,12 +151,7 @@ impl LeaseClock {
             term,
             ..Deadlines::default()
         };
-        for (lease_id, ttl_ms) in state.leases() {
-            deadlines.set(
-                lease_id,
-                Deadline::starting(now, Duration::from_millis(ttl_ms)),
-            );
-        }
+        deadlines.start_untracked(state, now);
     }
 
     /// Brings the deadlines in step with `state` after a snapshot replaced the
@@ -154,25 +161,17 @@ impl LeaseClock {
     /// their deadline, so an expiry already decided stays decided.
     pub fn restart_from(&self, state: &StateMachine) {
         let now = Instant::now();
-        let live: HashMap<LeaseId, u64> = state.leases().collect();
         let mut deadlines = self.lock();
         let gone: Vec<LeaseId> = deadlines
             .leases
             .keys()
-            .filter(|lease_id| !live.contains_key(lease_id))
+            .filter(|lease_id| state.lease_ttl_ms(**lease_id).is_none())
             .copied()
             .collect();
         for lease_id in gone {
             deadlines.remove(lease_id);
         }
-        for (lease_id, ttl_ms) in live {
-            if !deadlines.leases.contains_key(&lease_id) {
-                deadlines.set(
-                    lease_id,
-                    Deadline::starting(now, Duration::from_millis(ttl_ms)),
-                );
-            }
-        }
+        deadlines.start_untracked(state, now);
     }
 
     /// Moves a lease's deadline to a full TTL from now. `None` if unknown here or

@@ -98,15 +98,20 @@ impl SnapshotEnvelope {
     /// Checks received snapshot bytes before they are stored, without
     /// decoding the state: their beginning `head` and length `len` (see
     /// [`SnapshotEnvelope::check_head`]) and `checksum`, the CRC-32 of all of
-    /// them (see [`SnapshotEnvelope::check_checksum`]).
+    /// them, computed only when the id promises one
+    /// ([`SnapshotEnvelope::promised_checksum`], then
+    /// [`SnapshotEnvelope::check_checksum`]).
     pub(crate) fn check_received(
         meta: &SnapshotMeta,
         head: &[u8],
         len: u64,
-        checksum: u32,
+        checksum: Option<u32>,
     ) -> Result<(), StoreError> {
         Self::check_head(meta, head, len)?;
-        Self::check_checksum(meta, checksum)
+        match checksum {
+            Some(actual) => Self::check_checksum(meta, actual),
+            None => Ok(()),
+        }
     }
 
     /// Checks `actual`, the CRC-32 of received bytes, against what `meta`'s
