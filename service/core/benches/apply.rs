@@ -9,6 +9,9 @@
 //! - `batch64`: 32 acquires then their 32 releases in one `apply_batch`;
 //! - `expire_lease_1000_locks`: one `ExpireLease` of a lease holding 1,000 locks, a
 //!   tenth of them with a waiter behind that gets the lock;
+//! - `expiry_storm_entry`: one log entry of 1,024 `ExpireLeaseOfTerm`, each lease
+//!   holding 10 locks, in a state of 100,000 such leases (one entry of the
+//!   expiry storm of `baton-loadtest storm`);
 //! - `snapshot_100k_locks`: encode and decode a state of 100,000 held locks.
 #![allow(missing_docs, clippy::unwrap_used)]
 
@@ -202,6 +205,83 @@ fn expire_big_lease(c: &mut Criterion) {
     group.finish();
 }
 
+fn expiry_storm_entry(c: &mut Criterion) {
+    let mut group = c.benchmark_group("expiry_storm_entry");
+    group.sample_size(20);
+    let (leases, locks_per_lease, per_entry) = (100_000usize, 10usize, 1_024usize);
+    let ctx = ctx();
+    let mut prepared = with_leases(leases);
+    for l in 0..leases {
+        for k in 0..locks_per_lease {
+            let out = prepared.apply(&ctx, &acquire_with(l * locks_per_lease + k, l, None));
+            assert!(out.result.is_ok());
+        }
+    }
+    let batch = Batch {
+        now_ms: NOW_MS,
+        limits: Limits::default(),
+        requests: (0..per_entry)
+            .map(|l| {
+                Request::plain(Command::ExpireLeaseOfTerm {
+                    lease_id: lease(l * 97 % leases),
+                    term: 1,
+                })
+            })
+            .collect(),
+    };
+    group.throughput(Throughput::Elements(per_entry as u64));
+    // Right after a copy of the state was taken (a snapshot build, a scrape's
+    // view): every node the entry touches is copied first.
+    group.bench_function("after_a_copy", |b| {
+        b.iter_batched(
+            || prepared.clone(),
+            |mut sm| {
+                let outcomes = sm.apply_batch(&batch, 1);
+                debug_assert!(outcomes.iter().all(|o| o.result.is_ok()));
+                (sm, outcomes)
+            },
+            BatchSize::LargeInput,
+        );
+    });
+    // The state owned alone, as while nothing else holds a copy: each iteration
+    // expires the batch's leases, then (not timed) takes them out again.
+    let mut alone = prepared;
+    let recreate: Vec<Request> =
+        (0..per_entry)
+            .flat_map(|l| {
+                let lease_index = l * 97 % leases;
+                std::iter::once(Request::plain(Command::CreateLease {
+                    lease_id: lease(lease_index),
+                    ttl_ms: 15_000,
+                    holder: format!("pod-abc-{lease_index}"),
+                }))
+                .chain((0..locks_per_lease).map(move |k| {
+                    acquire_with(lease_index * locks_per_lease + k, lease_index, None)
+                }))
+            })
+            .collect();
+    // The benchmark times its own iterations (not the state machine's clock).
+    #[allow(clippy::disallowed_methods, clippy::disallowed_types)]
+    group.bench_function("owned_alone", |b| {
+        b.iter_custom(|iters| {
+            let mut spent = std::time::Duration::ZERO;
+            for _ in 0..iters {
+                let started = std::time::Instant::now();
+                let outcomes = alone.apply_batch(&batch, 1);
+                spent += started.elapsed();
+                debug_assert!(outcomes.iter().all(|o| o.result.is_ok()));
+                drop(outcomes);
+                for request in &recreate {
+                    let out = alone.apply(&ctx, request);
+                    debug_assert!(out.result.is_ok());
+                }
+            }
+            spent
+        });
+    });
+    group.finish();
+}
+
 fn acquire_with(lock: usize, lease_index: usize, waiter: Option<WaiterId>) -> Request {
     Request::plain(Command::Acquire {
         name: lock_name(lock),
@@ -246,6 +326,7 @@ criterion_group!(
     uncontended_new_lease,
     batch64,
     expire_big_lease,
+    expiry_storm_entry,
     snapshot
 );
 criterion_main!(benches);

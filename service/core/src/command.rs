@@ -294,6 +294,18 @@ pub enum Command {
         /// The queued request.
         waiter: WaiterId,
     },
+    /// Expire several leases whose deadlines passed on the clock of the leader
+    /// of `term`, in order, each as [`Command::ExpireLeaseOfTerm`] would; a
+    /// lease already gone is skipped. The lease clock's proposal: one request
+    /// for many expiries, its size bounded by the clock, so that an expiry
+    /// storm is applied in slices between client requests rather than as one
+    /// reply, one task and one proposal per lease (issue 19). Added last.
+    ExpireLeasesOfTerm {
+        /// The leases, most overdue first.
+        lease_ids: Vec<LeaseId>,
+        /// The term whose leader's clock decided the expiries.
+        term: u64,
+    },
 }
 
 impl Command {

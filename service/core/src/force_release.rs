@@ -76,7 +76,9 @@ impl StateMachine {
         // Every ended holding goes before the next in line is granted.
         for (lease_id, _, _) in &ended {
             match kind {
-                HoldingKind::Lock => self.take_lock_holding(name, *lease_id, reason, events),
+                HoldingKind::Lock => {
+                    self.take_lock_holding(name, *lease_id, reason, events);
+                }
                 HoldingKind::Election => self.take_leadership(name, reason, events),
                 HoldingKind::Name => self.end_registration(name, reason, events),
             }

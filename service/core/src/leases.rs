@@ -4,7 +4,7 @@ use crate::error::CoreError;
 use crate::ids::LeaseId;
 use crate::lease::{Attachment, Lease};
 use crate::limits::Limits;
-use crate::machine::{check_holder, check_ttl, StateMachine};
+use crate::machine::{check_holder, check_ttl, ApplyContext, StateMachine};
 use crate::outcome::{EndReason, Event, EventKind, Released};
 use crate::queueing::SlotKind;
 use crate::reply::{LeaseCreated, Reply};
@@ -60,6 +60,35 @@ impl StateMachine {
         Ok(Reply::LeaseClosed(released))
     }
 
+    /// Ends each of `lease_ids` that is still there, in order.
+    pub(crate) fn expire_leases(
+        &mut self,
+        lease_ids: &[LeaseId],
+        events: &mut Vec<Event>,
+    ) -> Reply {
+        let mut ended = 0;
+        for &lease_id in lease_ids {
+            if self.leases.contains_key(&lease_id) {
+                self.end_lease(lease_id, EndReason::Expired, events);
+                ended += 1;
+            }
+        }
+        Reply::LeasesExpired { ended }
+    }
+
+    /// An expiry decided by the leader of `term` applies only in an entry of
+    /// that term: a new term restarts every lease at a full TTL.
+    pub(crate) fn check_expiry_term(term: u64, ctx: &ApplyContext) -> Result<(), CoreError> {
+        if term == ctx.term {
+            Ok(())
+        } else {
+            Err(CoreError::ExpiryOutdated {
+                decided_in: term,
+                written_in: ctx.term,
+            })
+        }
+    }
+
     /// Removes a lease and, in the same step, everything attached to it. Its
     /// queued requests leave every line and its holdings end before anything is
     /// handed on, so no hand-off picks a request of the lease that is ending or
@@ -100,8 +129,9 @@ impl StateMachine {
         for attachment in holdings {
             match attachment {
                 Attachment::Lock(name) => {
-                    self.take_lock_holding(&name, lease_id, reason, events);
-                    lines_left.push((SlotKind::Lock, name.clone()));
+                    if self.take_lock_holding(&name, lease_id, reason, events) {
+                        lines_left.push((SlotKind::Lock, name.clone()));
+                    }
                     released.locks.push(name);
                 }
                 Attachment::Leader(name) => {
@@ -114,8 +144,9 @@ impl StateMachine {
                     released.names.push(name);
                 }
                 Attachment::Permits(name) => {
-                    self.take_permits(&name, lease_id, reason, events);
-                    lines_left.push((SlotKind::Semaphore, name.clone()));
+                    if self.take_permits(&name, lease_id, reason, events) {
+                        lines_left.push((SlotKind::Semaphore, name.clone()));
+                    }
                     released.semaphores.push(name);
                 }
                 Attachment::LockWait(..)

@@ -67,26 +67,32 @@ impl StateMachine {
         reason: EndReason,
         events: &mut Vec<Event>,
     ) {
-        self.take_lock_holding(name, lease_id, reason, events);
-        self.promote_next(SlotKind::Lock, name, events);
+        if self.take_lock_holding(name, lease_id, reason, events) {
+            self.promote_next(SlotKind::Lock, name, events);
+        }
     }
 
     /// Ends the holding of `lease_id` and starts the lock delay if its lease
     /// expired, without handing the lock on: an ending lease hands on only
     /// once all of its holdings have ended, so that no grant sees it half gone.
+    ///
+    /// Returns whether the lock's slot is left (others hold it, wait for it or
+    /// its delay runs), so that its line may need handing on. A slot left with
+    /// nothing is forgotten here, in the lookup that found it: an expiry storm
+    /// ends millions of holdings, and each saved walk of the lock map counts.
     pub(crate) fn take_lock_holding(
         &mut self,
         name: &str,
         lease_id: LeaseId,
         reason: EndReason,
         events: &mut Vec<Event>,
-    ) {
+    ) -> bool {
         let clock = self.clock_ms;
         let Some(mut slot) = self.locks.get_mut(name) else {
-            return;
+            return false;
         };
         let Some(holding) = slot.remove_holder(lease_id) else {
-            return;
+            return true;
         };
         // The holder may still be running after an expiry or a force-release:
         // the delay keeps its successors out meanwhile (a later delay of
@@ -101,8 +107,12 @@ impl StateMachine {
                 self.delayed.insert((until, name.to_owned()));
             }
         }
+        let line_left = !slot.is_idle();
         // The slot's change is counted before anything else looks at the state.
         drop(slot);
+        if !line_left {
+            self.locks.remove(name);
+        }
         self.emit(
             events,
             EventKind::LockReleased {
@@ -111,6 +121,7 @@ impl StateMachine {
                 reason,
             },
         );
+        line_left
     }
 
     /// Ends a lock delay that has passed, handing the lock to the waiters in line.

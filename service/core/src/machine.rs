@@ -228,14 +228,12 @@ impl StateMachine {
                 self.end_lease_command(*lease_id, EndReason::Expired, events)
             }
             Command::ExpireLeaseOfTerm { lease_id, term } => {
-                if *term == ctx.term {
-                    self.end_lease_command(*lease_id, EndReason::Expired, events)
-                } else {
-                    Err(CoreError::ExpiryOutdated {
-                        decided_in: *term,
-                        written_in: ctx.term,
-                    })
-                }
+                Self::check_expiry_term(*term, ctx)?;
+                self.end_lease_command(*lease_id, EndReason::Expired, events)
+            }
+            Command::ExpireLeasesOfTerm { lease_ids, term } => {
+                Self::check_expiry_term(*term, ctx)?;
+                Ok(self.expire_leases(lease_ids, events))
             }
             Command::Acquire {
                 name,

@@ -116,6 +116,12 @@ pub enum Reply {
     PermitsReleased,
     /// A lease was revoked or expired, with what it took along. Added last.
     LeaseClosed(Released),
+    /// Leases expired together ([`crate::Command::ExpireLeasesOfTerm`]): how
+    /// many were still there to end. What they held is in the events. Added last.
+    LeasesExpired {
+        /// Leases ended (the others were already gone).
+        ended: u64,
+    },
 }
 
 /// [`Released`] as builds before semaphores stored it.

@@ -77,26 +77,32 @@ impl StateMachine {
         reason: EndReason,
         events: &mut Vec<Event>,
     ) {
-        self.take_permits(name, lease_id, reason, events);
-        self.promote_next(SlotKind::Semaphore, name, events);
+        if self.take_permits(name, lease_id, reason, events) {
+            self.promote_next(SlotKind::Semaphore, name, events);
+        }
     }
 
     /// Ends the holding of `lease_id` without handing the permits on (see
-    /// [`StateMachine::take_lock_holding`]).
+    /// [`StateMachine::take_lock_holding`]); returns whether the semaphore's
+    /// slot is left, forgetting it when nothing is.
     pub(crate) fn take_permits(
         &mut self,
         name: &str,
         lease_id: LeaseId,
         reason: EndReason,
         events: &mut Vec<Event>,
-    ) {
-        let Some(holding) = self
-            .semaphores
-            .get_mut(name)
-            .and_then(|mut slot| slot.remove_holder(lease_id))
-        else {
-            return;
+    ) -> bool {
+        let Some(mut slot) = self.semaphores.get_mut(name) else {
+            return false;
         };
+        let Some(holding) = slot.remove_holder(lease_id) else {
+            return true;
+        };
+        let line_left = !slot.is_idle();
+        drop(slot);
+        if !line_left {
+            self.semaphores.remove(name);
+        }
         self.emit(
             events,
             EventKind::SemaphoreReleased {
@@ -106,5 +112,6 @@ impl StateMachine {
                 reason,
             },
         );
+        line_left
     }
 }

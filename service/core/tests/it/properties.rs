@@ -72,6 +72,12 @@ enum Op {
         /// decided in an earlier term (stale, must change nothing).
         decided: u8,
     },
+    /// The lease clock's batch: several leases (repeats allowed), decided in
+    /// the entry's own term or, when `stale`, an earlier one.
+    ExpireMany {
+        leases: Vec<u8>,
+        stale: bool,
+    },
     Acquire {
         lock: u8,
         lease: LeaseChoice,
@@ -194,6 +200,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(lease, ttl_ok)| Op::CreateLease { lease, ttl_ok }),
         1 => lease_id().prop_map(|lease| Op::Revoke { lease }),
         2 => (lease_id(), 0..3u8).prop_map(|(lease, decided)| Op::Expire { lease, decided }),
+        1 => (prop::collection::vec(lease_id(), 0..4), prop::bool::weighted(0.2))
+            .prop_map(|(leases, stale)| Op::ExpireMany { leases, stale }),
         10 => (lock_index(), lease_choice(), holder_index(), prop::bool::weighted(0.6), delay_ms()).prop_map(
             |(lock, lease, holder, wait, delay_ms)| Op::Acquire { lock, lease, holder, wait, delay_ms }
         ),
@@ -357,6 +365,7 @@ enum MReply {
     NameUnregistered,
     Ticked,
     ForceReleased,
+    LeasesExpired(u64),
 }
 
 enum Prediction {
@@ -673,7 +682,21 @@ impl Model {
                 );
                 Some(MReply::LeaseCreated)
             }
-            Command::ExpireLeaseOfTerm { term, .. } if *term != LOG_TERM => None,
+            Command::ExpireLeaseOfTerm { term, .. } | Command::ExpireLeasesOfTerm { term, .. }
+                if *term != LOG_TERM =>
+            {
+                None
+            }
+            Command::ExpireLeasesOfTerm { lease_ids, .. } => {
+                let mut ended = 0;
+                for lease_id in lease_ids {
+                    if self.leases.contains_key(&lease_id.0) {
+                        self.end_lease(lease_id.0, true);
+                        ended += 1;
+                    }
+                }
+                Some(MReply::LeasesExpired(ended))
+            }
             Command::RevokeLease { lease_id }
             | Command::ExpireLease { lease_id }
             | Command::ExpireLeaseOfTerm { lease_id, .. } => {
@@ -997,6 +1020,7 @@ fn classify(reply: &Reply) -> MReply {
             names: released.names.clone(),
             elections: released.elections.clone(),
         },
+        Reply::LeasesExpired { ended } => MReply::LeasesExpired(*ended),
         Reply::LockGranted(grant) => MReply::Granted(grant.lease_id.0),
         Reply::LockQueued { lease_id, .. } => MReply::Queued(lease_id.0),
         Reply::LockReleased => MReply::Released,
@@ -1114,6 +1138,10 @@ fn to_request(step: &Step, model: &Model, history: &mut History) -> Request {
         },
         Op::Expire { lease, decided: 0 } => Command::ExpireLease {
             lease_id: LeaseId(u128::from(*lease)),
+        },
+        Op::ExpireMany { leases, stale } => Command::ExpireLeasesOfTerm {
+            lease_ids: leases.iter().map(|l| LeaseId(u128::from(*l))).collect(),
+            term: if *stale { LOG_TERM - 1 } else { LOG_TERM },
         },
         Op::Expire { lease, decided } => Command::ExpireLeaseOfTerm {
             lease_id: LeaseId(u128::from(*lease)),
