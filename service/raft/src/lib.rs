@@ -81,7 +81,7 @@ pub use metrics::NodeMetrics;
 pub use network::{peer_http_client, HttpNetwork, CLUSTER_SECRET_HEADER};
 pub use node::{ClusterStatus, Member, Node, StartError};
 pub use peer_server::{peer_routes, secret_matches};
-pub use proposer::{wall_clock_ms, InFlight, Proposer};
+pub use proposer::{wall_clock_ms, InFlight, Lane, Proposer};
 pub use snapshot_schedule::SnapshotSchedule;
 pub use tls::{client_config_trusting, Tls, TlsError, TlsFiles};
 pub use waiters::{WaitEnd, WaiterRegistry};

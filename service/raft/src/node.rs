@@ -1,6 +1,6 @@
 //! A running Baton node: the openraft handle and everything around it.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use crate::leader_link::LeaderLink;
 use crate::lease_clock::LeaseClock;
 use crate::metrics::NodeMetrics;
 use crate::network::{peer_http_client, HttpNetwork};
-use crate::proposer::{wall_clock_ms, Proposer};
+use crate::proposer::{wall_clock_ms, Lane, Proposer};
 use crate::snapshot_schedule::SnapshotSchedule;
 use crate::waiters::WaiterRegistry;
 use crate::waiting::{QueueKind, Waited};
@@ -515,44 +515,18 @@ async fn watch_leadership(node: Arc<Node>) {
     }
 }
 
-/// Expiries the lease clock proposes per tick (50 ms by default): 40,000 a
-/// second, so 100,000 leases that end in the same second are all proposed
-/// within 2.5 s, while the proposer keeps room for the clients still alive.
-const MAX_EXPIRIES_PER_TICK: usize = 2_000;
-
-/// The lease clock's expiries queued or in flight, at most: one full log
-/// entry (`max_batch`), and never more than a quarter of the proposer's queue.
-/// A rate bound alone is not enough: when applying an expiry storm is slower
-/// than 40,000 a second, proposals would pile up in the queue until live
-/// clients' keepalives were refused as overloaded (issue 19: "no live lease's
-/// keepalive is refused").
-fn max_expiries_in_flight(config: &NodeConfig) -> usize {
-    config.max_batch.min(config.max_queued / 4).max(1)
-}
-
-/// Counts one expiry proposal as in flight until dropped (answered, or the
-/// task cancelled at shutdown).
-struct ExpiryInFlight(Arc<AtomicUsize>);
-
-impl ExpiryInFlight {
-    fn new(count: &Arc<AtomicUsize>) -> Self {
-        count.fetch_add(1, Ordering::AcqRel);
-        ExpiryInFlight(Arc::clone(count))
-    }
-}
-
-impl Drop for ExpiryInFlight {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
+/// Expiry proposals queued or in flight, at most: two, so that the next slice
+/// already waits while one is applied and every entry of a storm carries one
+/// (with one, the next slice often misses the entry being gathered).
+const EXPIRY_PROPOSALS_IN_FLIGHT: usize = 2;
 
 async fn run_lease_clock(node: Arc<Node>) {
     let mut stop = node.stop.subscribe();
     let mut ticker = tokio::time::interval(node.config.lease_tick);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let tick_pending = Arc::new(AtomicBool::new(false));
-    let expiries_in_flight = Arc::new(AtomicUsize::new(0));
+    let expiries_due = Arc::new(tokio::sync::Notify::new());
+    tokio::spawn(propose_expiries(node.clone(), expiries_due.clone()));
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
@@ -561,37 +535,7 @@ async fn run_lease_clock(node: Arc<Node>) {
         if !node.is_leader() {
             continue;
         }
-        let room = max_expiries_in_flight(&node.config)
-            .saturating_sub(expiries_in_flight.load(Ordering::Acquire))
-            .min(MAX_EXPIRIES_PER_TICK);
-        let expired = node.clock.take_expired(room);
-        for lease_id in expired.leases {
-            let node = node.clone();
-            let term = expired.term;
-            let in_flight = ExpiryInFlight::new(&expiries_in_flight);
-            tokio::spawn(async move {
-                let _in_flight = in_flight;
-                // Only this node's clock decided it, so only this node may propose
-                // it: never forwarded (a deposed leader's stale decision would expire
-                // a lease the new leader just kept alive). And only in the term it
-                // was decided in: a proposal that waited across a re-election of
-                // this same node is refused by the log (chaos finding 7).
-                let outcome = crate::routing::propose_as_leader(
-                    &node,
-                    Request::plain(Command::ExpireLeaseOfTerm { lease_id, term }),
-                )
-                .await;
-                match outcome {
-                    Ok(Outcome {
-                        result:
-                            Ok(Reply::LeaseEnded { .. })
-                            | Err(CoreError::LeaseNotFound | CoreError::ExpiryOutdated { .. }),
-                        ..
-                    }) => {}
-                    _ => node.clock.expiry_failed(term, lease_id),
-                }
-            });
-        }
+        expiries_due.notify_one();
         let due = node.read(|sm| sm.next_timer_ms());
         if due.is_some_and(|at| at <= wall_clock_ms()) && !tick_pending.swap(true, Ordering::AcqRel)
         {
@@ -601,6 +545,69 @@ async fn run_lease_clock(node: Arc<Node>) {
                 let _ = node.propose(Request::plain(Command::Tick)).await;
                 pending.store(false, Ordering::Release);
             });
+        }
+    }
+}
+
+/// Proposes the expiries the lease clock finds due, woken by its ticks: slices
+/// of up to `expiries_per_entry` leases ([`NodeConfig::expiries_per_entry`]), the next taken as soon as one of
+/// [`EXPIRY_PROPOSALS_IN_FLIGHT`] is answered, for as long as full slices are
+/// due. So a storm of expiries goes out at the pace the log applies them, one
+/// slice per entry, while the proposer's queue keeps room for live clients
+/// (issue 19: "no live lease's keepalive is refused").
+async fn propose_expiries(node: Arc<Node>, due: Arc<tokio::sync::Notify>) {
+    let mut stop = node.stop.subscribe();
+    let places = Arc::new(tokio::sync::Semaphore::new(EXPIRY_PROPOSALS_IN_FLIGHT));
+    loop {
+        tokio::select! {
+            _ = due.notified() => {}
+            _ = stop.changed() => return,
+        }
+        loop {
+            let Ok(place) = places.clone().acquire_owned().await else {
+                return;
+            };
+            if !node.is_leader() {
+                break;
+            }
+            let slice = node.config.expiries_per_entry.max(1);
+            let expired = node.clock.take_expired(slice);
+            if expired.leases.is_empty() {
+                break;
+            }
+            let full = expired.leases.len() == slice;
+            let node = node.clone();
+            tokio::spawn(async move {
+                let _place = place;
+                propose_expiry_slice(&node, expired.leases, expired.term).await;
+            });
+            if !full {
+                break;
+            }
+        }
+    }
+}
+
+async fn propose_expiry_slice(node: &Node, lease_ids: Vec<LeaseId>, term: u64) {
+    // Only this node's clock decided them, so only this node may propose them:
+    // never forwarded (a deposed leader's stale decision would expire a lease
+    // the new leader just kept alive). And only in the term they were decided
+    // in: a proposal that waited across a re-election of this same node is
+    // refused by the log (chaos finding 7).
+    let request = Request::plain(Command::ExpireLeasesOfTerm {
+        lease_ids: lease_ids.clone(),
+        term,
+    });
+    let outcome = crate::routing::propose_as_leader(node, Lane::Background, request).await;
+    match outcome {
+        Ok(Outcome {
+            result: Ok(Reply::LeasesExpired { .. }) | Err(CoreError::ExpiryOutdated { .. }),
+            ..
+        }) => {}
+        _ => {
+            for lease_id in lease_ids {
+                node.clock.expiry_failed(term, lease_id);
+            }
         }
     }
 }

@@ -6,8 +6,11 @@
 //! entries is outstanding ([`InFlight`]); while they are being synced, replicated
 //! and applied, new requests gather into the next batch. Under load a batch grows
 //! to the number of requests that arrived during one fsync; when idle, a request
-//! is proposed at once.
+//! is proposed at once. Background requests (the lease clock's slices of
+//! expiries) go at most one to an entry, so that a storm of them is spread over
+//! many entries and never makes the clients' requests wait for all of it.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -36,6 +39,7 @@ struct Pending {
     request: Request,
     reply: Reply,
     claim: Arc<AtomicU8>,
+    lane: Lane,
     /// The requester's trace context, when its trace is sampled.
     trace: Option<opentelemetry::Context>,
 }
@@ -66,6 +70,17 @@ impl Drop for Abandon {
     fn drop(&mut self) {
         self.give_up();
     }
+}
+
+/// Who a proposal is for, which decides how many of its kind an entry takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// A client's request: an entry takes every one waiting (up to `max_batch`).
+    Client,
+    /// The node's own bulk work (the lease clock's expiries): at most one per
+    /// entry, so that applying it delays each entry's clients by one bounded
+    /// slice. Further ones wait, in order, for the next entries.
+    Background,
 }
 
 /// How many log entries the proposer keeps outstanding (proposed, not yet applied).
@@ -233,12 +248,23 @@ impl Proposer {
         request: Request,
         deadline: Duration,
     ) -> Result<Outcome, RaftLayerError> {
+        self.propose_in(Lane::Client, request, deadline).await
+    }
+
+    /// [`Proposer::propose`] in `lane`.
+    pub async fn propose_in(
+        &self,
+        lane: Lane,
+        request: Request,
+        deadline: Duration,
+    ) -> Result<Outcome, RaftLayerError> {
         let (reply, rx) = oneshot::channel();
         let claim = Arc::new(AtomicU8::new(QUEUED));
         let pending = Pending {
             request,
             reply,
             claim: claim.clone(),
+            lane,
             trace: crate::trace_context::sampled_context(),
         };
         self.tx.try_send(pending).map_err(|error| match error {
@@ -277,6 +303,9 @@ struct Batching {
 async fn run(sink: impl LogSink, mut rx: mpsc::Receiver<Pending>, settings: Batching) {
     let capacity = settings.in_flight.capacity();
     let slots = Arc::new(Semaphore::new(capacity));
+    // Background requests that found their entry already carrying one, oldest
+    // first: each later entry starts with one of them.
+    let mut held_back: VecDeque<Pending> = VecDeque::new();
     loop {
         // Take a place in flight first: requests that arrive meanwhile join the
         // batch. An entry takes `capacity / limit` permits, so `limit` fit.
@@ -286,17 +315,33 @@ async fn run(sink: impl LogSink, mut rx: mpsc::Receiver<Pending>, settings: Batc
             return;
         };
         let first = loop {
-            let Some(next) = rx.recv().await else {
-                return;
+            let next = match held_back.pop_front() {
+                Some(next) => next,
+                None => match rx.recv().await {
+                    Some(next) => next,
+                    None => return,
+                },
             };
             if next.take() {
                 break next;
             }
         };
+        let mut has_background = first.lane == Lane::Background;
         let mut pending = vec![first];
         while pending.len() < settings.max_batch {
             match rx.try_recv() {
-                Ok(next) if next.take() => pending.push(next),
+                // Holding back is bounded: past `max_batch` waiting, they join.
+                Ok(next)
+                    if next.lane == Lane::Background
+                        && has_background
+                        && held_back.len() < settings.max_batch =>
+                {
+                    held_back.push_back(next);
+                }
+                Ok(next) if next.take() => {
+                    has_background |= next.lane == Lane::Background;
+                    pending.push(next);
+                }
                 Ok(_) => {}
                 Err(_) => break,
             }
@@ -581,6 +626,49 @@ mod tests {
         }
         let sizes = log.sizes.lock().expect("lock").clone();
         assert_eq!(sizes, [1, 2], "the refused request was never proposed");
+    }
+
+    /// Issue 19: an expiry storm's slices go one to an entry, each beside every
+    /// client request waiting, instead of all of them in one long entry.
+    #[tokio::test(start_paused = true)]
+    async fn an_entry_takes_every_client_request_and_at_most_one_background_one() {
+        let log = ScriptedLog::new(1);
+        let proposer = start(&log, Duration::from_secs(60));
+        let first = propose_in_background(&proposer);
+        until_submitted(&log, 1).await;
+        let mut queued = Vec::new();
+        for lane in [
+            Lane::Background,
+            Lane::Client,
+            Lane::Background,
+            Lane::Client,
+            Lane::Background,
+        ] {
+            let proposer = proposer.clone();
+            queued.push(tokio::spawn(async move {
+                proposer
+                    .propose_in(lane, tick(), Duration::from_secs(60))
+                    .await
+            }));
+            // Queued in this order.
+            until_idle().await;
+        }
+        for entry in 0..3 {
+            log.answer(entry);
+            until_submitted(&log, entry + 2).await;
+        }
+        log.answer(3);
+        assert!(first.await.expect("task").is_ok());
+        for waiting in queued {
+            assert!(waiting.await.expect("task").is_ok());
+        }
+        let sizes = log.sizes.lock().expect("lock").clone();
+        assert_eq!(
+            sizes,
+            [1, 3, 1, 1],
+            "entry 1: the first background request and both clients; then one \
+             held-back background request per entry"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -14,6 +14,7 @@ use crate::error::RaftLayerError;
 use crate::leader_call::{LeaderAnswer, LeaderCall, LeaderResult};
 use crate::leader_link::LinkError;
 use crate::node::Node;
+use crate::proposer::Lane;
 
 /// Where leader-only work goes.
 enum Route {
@@ -208,7 +209,7 @@ pub(crate) async fn answer(node: &Node, call: LeaderCall) -> LeaderResult {
             .await
             .map(|()| LeaderAnswer::Campaigning)
             .map_err(RaftLayerError::unavailable),
-        LeaderCall::Propose(request) => propose_as_leader(node, request)
+        LeaderCall::Propose(request) => propose_as_leader(node, Lane::Client, request)
             .await
             .map(LeaderAnswer::Outcome),
         LeaderCall::ReadIndex => read_index_local(node).await.map(LeaderAnswer::ReadIndex),
@@ -244,6 +245,7 @@ pub(crate) async fn answer(node: &Node, call: LeaderCall) -> LeaderResult {
 /// would expire leases that the new leader has kept alive.
 pub(crate) async fn propose_as_leader(
     node: &Node,
+    lane: Lane,
     request: Request,
 ) -> Result<Outcome, RaftLayerError> {
     if node.raft.metrics().borrow().state != ServerState::Leader
@@ -252,7 +254,7 @@ pub(crate) async fn propose_as_leader(
         return Err(node.not_leader());
     }
     node.proposer
-        .propose(request, node.config.propose_timeout)
+        .propose_in(lane, request, node.config.propose_timeout)
         .await
 }
 

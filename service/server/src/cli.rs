@@ -260,6 +260,10 @@ pub struct ServeArgs {
     /// refused at once with 503 `overloaded` (certainly not applied: retry).
     #[arg(long, env = "BATON_MAX_QUEUED_PROPOSALS", default_value_t = 8192)]
     pub max_queued_proposals: usize,
+    /// Leases the leader expires in one log entry, at most (an expiry storm is
+    /// spread over entries; each entry's clients wait for its slice).
+    #[arg(long, env = "BATON_EXPIRIES_PER_ENTRY", default_value_t = 128)]
+    pub expiries_per_entry: usize,
     /// Log entries proposed but not yet applied, at most: while they are in
     /// flight, new requests gather into the next entry. Default: 1 while this node
     /// is the only voter, 2 with followers (see ARCHITECTURE.md, "Proposal
@@ -318,6 +322,9 @@ impl ServeArgs {
         }
         if self.max_batch == 0 {
             return Err("--max-batch must be at least 1".into());
+        }
+        if self.expiries_per_entry == 0 {
+            return Err("--expiries-per-entry must be at least 1".into());
         }
         if self.max_queued_proposals == 0 {
             return Err("--max-queued-proposals must be at least 1".into());
@@ -427,6 +434,7 @@ impl ServeArgs {
         config.limits = self.limits();
         config.max_batch = self.max_batch;
         config.max_queued = self.max_queued_proposals;
+        config.expiries_per_entry = self.expiries_per_entry;
         config.max_in_flight = self.max_in_flight.map_or(InFlight::Auto, InFlight::Fixed);
         config.snapshot_every = self.snapshot_every;
         config.snapshot_log_ratio = self.snapshot_log_ratio;
