@@ -356,6 +356,7 @@ mod tests {
             extra: BTreeMap::new(),
             timeline: r.timeline(),
             distribution: r.distribution(),
+            intervals: r.interval_histograms(),
         }
     }
 

@@ -45,6 +45,31 @@ impl Latency {
     }
 }
 
+/// Every interval's latency histogram, to pool the samples of a stretch of the
+/// run (a phase's p99 is the p99 of its operations, not the worst interval's).
+#[derive(Debug, Clone, Default)]
+pub struct IntervalHistograms {
+    step_s: f64,
+    histograms: Vec<Histogram<u64>>,
+}
+
+impl IntervalHistograms {
+    /// Percentiles of the operations finished in the intervals that start
+    /// within `from_s..to_s` (seconds since the measured phase began).
+    pub fn latency_between(&self, from_s: f64, to_s: f64) -> Latency {
+        let mut pooled = new_histogram(2);
+        for (i, h) in self.histograms.iter().enumerate() {
+            let t = i as f64 * self.step_s;
+            if t >= from_s && t < to_s {
+                pooled
+                    .add(h)
+                    .expect("histograms of one recorder share bounds");
+            }
+        }
+        Latency::of(&pooled)
+    }
+}
+
 /// One interval of the run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TimelinePoint {
@@ -165,6 +190,14 @@ impl Recorder {
             .collect()
     }
 
+    /// Every interval's histogram, for [`IntervalHistograms::latency_between`].
+    pub fn interval_histograms(&self) -> IntervalHistograms {
+        IntervalHistograms {
+            step_s: self.interval.as_secs_f64(),
+            histograms: self.timeline.iter().map(|b| b.hist.clone()).collect(),
+        }
+    }
+
     /// The latency distribution at log-spaced percentiles (50, 75, 90, 95, 99, ...).
     pub fn distribution(&self) -> Vec<DistributionPoint> {
         if self.total.is_empty() {
@@ -274,6 +307,33 @@ mod tests {
         assert!(d.windows(2).all(|w| w[0].percentile < w[1].percentile));
         assert!(d.windows(2).all(|w| w[0].latency_us <= w[1].latency_us));
         assert_eq!(d.last().map(|p| p.percentile), Some(100.0));
+    }
+
+    /// A phase's p99 pools its intervals' samples: one slow interval among many
+    /// fast ones moves the pooled p99 only as far as its share of samples goes.
+    #[test]
+    fn a_stretch_pools_the_samples_of_its_intervals() {
+        let start = Instant::now();
+        let mut r = Recorder::new(start, Duration::from_secs(1));
+        // Seconds 0-9: 100 operations of 1 ms each; second 10: 100 of 50 ms.
+        for second in 0..=10u64 {
+            let latency = if second == 10 { 50_000 } else { 1_000 };
+            for i in 0..100u64 {
+                r.ok(
+                    start + Duration::from_millis(second * 1_000 + i),
+                    Duration::from_micros(latency),
+                );
+            }
+        }
+        let intervals = r.interval_histograms();
+        let calm = intervals.latency_between(0.0, 10.0);
+        assert_eq!((calm.p99 / 10, calm.max / 10), (100, 100), "{calm:?}");
+        let all = intervals.latency_between(0.0, 11.0);
+        assert!(all.p99 >= 49_000, "1 in 11 is slow: {all:?}");
+        assert!(all.p50 <= 1_010, "{all:?}");
+        let slow = intervals.latency_between(10.0, 11.0);
+        assert!(slow.p50 >= 49_000, "{slow:?}");
+        assert_eq!(intervals.latency_between(20.0, 30.0), Latency::default());
     }
 
     #[test]

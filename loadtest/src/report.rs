@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::recorder::{DistributionPoint, Latency, TimelinePoint};
+use crate::recorder::{DistributionPoint, IntervalHistograms, Latency, TimelinePoint};
 
 /// What one run measured.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -49,6 +49,9 @@ pub struct Report {
     pub timeline: Vec<TimelinePoint>,
     /// Latency distribution.
     pub distribution: Vec<DistributionPoint>,
+    /// The timeline's histograms (not written out): percentiles of a stretch.
+    #[serde(skip)]
+    pub intervals: IntervalHistograms,
 }
 
 /// Fields every report must carry (checked on the JSON, so a renamed field fails).

@@ -522,7 +522,7 @@ fn build_report(
     mut extra: BTreeMap<String, serde_json::Value>,
     delivery: Option<crate::recorder::Recorder>,
 ) -> Report {
-    let (operations, errors_by_code, mut latency, mut timeline, mut distribution) =
+    let (operations, errors_by_code, mut latency, mut timeline, mut distribution, mut intervals) =
         recorder.with(|r| {
             (
                 r.operations(),
@@ -530,6 +530,7 @@ fn build_report(
                 r.latency(),
                 r.timeline(),
                 r.distribution(),
+                r.interval_histograms(),
             )
         });
     if let Some(d) = delivery {
@@ -537,6 +538,7 @@ fn build_report(
         latency = d.latency();
         timeline = d.timeline();
         distribution = d.distribution();
+        intervals = d.interval_histograms();
     }
     if args.scenario == Scenario::Keepalive {
         let expired = errors_by_code.get("lease_not_found").copied().unwrap_or(0);
@@ -568,6 +570,7 @@ fn build_report(
         extra,
         timeline,
         distribution,
+        intervals,
     }
 }
 
