@@ -126,7 +126,7 @@ pub async fn metrics(state: web::Data<ApiState>) -> Result<HttpResponse, ApiErro
 /// The text of `/metrics`.
 fn exposition(state: &ApiState) -> String {
     let status = state.node.cluster();
-    let counts = state.node.view().counts();
+    let counts = state.node.read(|machine| machine.counts());
     let lines = [
         (
             "baton_applied_revision",
