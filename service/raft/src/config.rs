@@ -31,6 +31,9 @@ pub struct NodeConfig {
     /// bounds what an expiry storm adds to each: ending a lease of 10 locks in
     /// a state of a million costs about 25-35 µs of apply on the 2-core
     /// development machine (criterion `expiry_storm_entry`), so 128 add 3-5 ms.
+    /// The bound counts leases, not what they hold: 128 leases of 10,000 locks
+    /// each (`max_holdings_per_lease`) would still be seconds of apply in one
+    /// entry.
     pub expiries_per_entry: usize,
     /// Log entries proposed but not yet applied, at most. While they are in flight,
     /// new requests gather into the next batch: this is what makes one fsync serve

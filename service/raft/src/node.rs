@@ -526,7 +526,13 @@ async fn run_lease_clock(node: Arc<Node>) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let tick_pending = Arc::new(AtomicBool::new(false));
     let expiries_due = Arc::new(tokio::sync::Notify::new());
-    tokio::spawn(propose_expiries(node.clone(), expiries_due.clone()));
+    // Subscribed here, not in the task: a stop sent before the task first runs
+    // must still end it.
+    tokio::spawn(propose_expiries(
+        node.clone(),
+        expiries_due.clone(),
+        node.stop.subscribe(),
+    ));
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
@@ -555,16 +561,26 @@ async fn run_lease_clock(node: Arc<Node>) {
 /// due. So a storm of expiries goes out at the pace the log applies them, one
 /// slice per entry, while the proposer's queue keeps room for live clients
 /// (issue 19: "no live lease's keepalive is refused").
-async fn propose_expiries(node: Arc<Node>, due: Arc<tokio::sync::Notify>) {
-    let mut stop = node.stop.subscribe();
+async fn propose_expiries(
+    node: Arc<Node>,
+    due: Arc<tokio::sync::Notify>,
+    mut stop: watch::Receiver<bool>,
+) {
     let places = Arc::new(tokio::sync::Semaphore::new(EXPIRY_PROPOSALS_IN_FLIGHT));
     loop {
+        if *stop.borrow() {
+            return;
+        }
         tokio::select! {
             _ = due.notified() => {}
             _ = stop.changed() => return,
         }
         loop {
-            let Ok(place) = places.clone().acquire_owned().await else {
+            let place = tokio::select! {
+                place = places.clone().acquire_owned() => place,
+                _ = stop.changed() => return,
+            };
+            let Ok(place) = place else {
                 return;
             };
             if !node.is_leader() {

@@ -666,9 +666,45 @@ mod tests {
         assert_eq!(
             sizes,
             [1, 3, 1, 1],
-            "entry 1: the first background request and both clients; then one \
-             held-back background request per entry"
+            "entry 0: the first (client) request; entry 1: the first background \
+             request and both clients; then one held-back background request per entry"
         );
+    }
+
+    /// A background request held back for a later entry can still be given up
+    /// by its caller, and is then never proposed.
+    #[tokio::test(start_paused = true)]
+    async fn a_held_back_request_withdrawn_at_its_deadline_is_never_proposed() {
+        let log = ScriptedLog::new(1);
+        let proposer = start(&log, Duration::from_secs(60));
+        let first = propose_in_background(&proposer);
+        until_submitted(&log, 1).await;
+        let mut queued = Vec::new();
+        for deadline in [Duration::from_secs(60), Duration::from_millis(50)] {
+            let proposer = proposer.clone();
+            queued.push(tokio::spawn(async move {
+                proposer
+                    .propose_in(Lane::Background, tick(), deadline)
+                    .await
+            }));
+            until_idle().await;
+        }
+        log.answer(0);
+        until_submitted(&log, 2).await;
+        // Entry 1 carries the first background request; the second is held back
+        // until its deadline passes.
+        tokio::time::advance(Duration::from_millis(50)).await;
+        let withdrawn = queued.pop().expect("two").await.expect("task");
+        assert!(
+            matches!(withdrawn, Err(RaftLayerError::Unavailable { ref reason, .. }) if reason.contains("nothing was applied")),
+            "{withdrawn:?}"
+        );
+        log.answer(1);
+        assert!(first.await.expect("task").is_ok());
+        assert!(queued.pop().expect("one").await.expect("task").is_ok());
+        until_idle().await;
+        let sizes = log.sizes.lock().expect("lock").clone();
+        assert_eq!(sizes, [1, 1], "the withdrawn request was never proposed");
     }
 
     #[tokio::test(start_paused = true)]
