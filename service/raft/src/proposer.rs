@@ -507,6 +507,23 @@ mod tests {
         tokio::spawn(async move { proposer.propose(tick(), Duration::from_secs(60)).await })
     }
 
+    /// Proposes one request per `(lane, deadline)`, each in its own task, and
+    /// returns once each has reached the queue, in this order.
+    async fn queue_in_order(
+        proposer: &Proposer,
+        proposals: impl IntoIterator<Item = (Lane, Duration)>,
+    ) -> Vec<tokio::task::JoinHandle<Result<Outcome, RaftLayerError>>> {
+        let mut queued = Vec::new();
+        for (lane, deadline) in proposals {
+            let proposer = proposer.clone();
+            queued.push(tokio::spawn(async move {
+                proposer.propose_in(lane, tick(), deadline).await
+            }));
+            until_idle().await;
+        }
+        queued
+    }
+
     /// Waits (bounded) until `log` has seen `count` entries.
     async fn until_submitted(log: &ScriptedLog, count: usize) {
         let mut submitted = log.announce.subscribe();
@@ -636,23 +653,18 @@ mod tests {
         let proposer = start(&log, Duration::from_secs(60));
         let first = propose_in_background(&proposer);
         until_submitted(&log, 1).await;
-        let mut queued = Vec::new();
-        for lane in [
-            Lane::Background,
-            Lane::Client,
-            Lane::Background,
-            Lane::Client,
-            Lane::Background,
-        ] {
-            let proposer = proposer.clone();
-            queued.push(tokio::spawn(async move {
-                proposer
-                    .propose_in(lane, tick(), Duration::from_secs(60))
-                    .await
-            }));
-            // Queued in this order.
-            until_idle().await;
-        }
+        let queued = queue_in_order(
+            &proposer,
+            [
+                Lane::Background,
+                Lane::Client,
+                Lane::Background,
+                Lane::Client,
+                Lane::Background,
+            ]
+            .map(|lane| (lane, Duration::from_secs(60))),
+        )
+        .await;
         for entry in 0..3 {
             log.answer(entry);
             until_submitted(&log, entry + 2).await;
@@ -679,16 +691,12 @@ mod tests {
         let proposer = start(&log, Duration::from_secs(60));
         let first = propose_in_background(&proposer);
         until_submitted(&log, 1).await;
-        let mut queued = Vec::new();
-        for deadline in [Duration::from_secs(60), Duration::from_millis(50)] {
-            let proposer = proposer.clone();
-            queued.push(tokio::spawn(async move {
-                proposer
-                    .propose_in(Lane::Background, tick(), deadline)
-                    .await
-            }));
-            until_idle().await;
-        }
+        let mut queued = queue_in_order(
+            &proposer,
+            [Duration::from_secs(60), Duration::from_millis(50)]
+                .map(|deadline| (Lane::Background, deadline)),
+        )
+        .await;
         log.answer(0);
         until_submitted(&log, 2).await;
         // Entry 1 carries the first background request; the second is held back
