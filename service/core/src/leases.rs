@@ -23,6 +23,7 @@ impl StateMachine {
         if self.leases.contains_key(&lease_id) {
             return Err(CoreError::LeaseExists);
         }
+        self.lease_ttls.add(ttl_ms);
         self.leases.insert(
             lease_id,
             Lease {
@@ -102,6 +103,7 @@ impl StateMachine {
         let Some(lease) = self.leases.remove(&lease_id) else {
             return Released::default();
         };
+        self.lease_ttls.remove(lease.ttl_ms);
         self.forget_owner(lease_id, &lease);
         self.emit(
             events,

@@ -9,6 +9,7 @@ use crate::groups::{Group, GroupClaim};
 use crate::idempotency::{IdempotencyTable, Record};
 use crate::ids::{LeaseId, WaiterId};
 use crate::lease::{Attachment, Lease, Leases};
+use crate::lease_ttls::LeaseTtlCounts;
 use crate::limits::Limits;
 use crate::outcome::{EndReason, Event, EventKind, Outcome};
 use crate::queueing::{Claim, SlotKind};
@@ -88,6 +89,10 @@ pub struct StateMachine {
     /// snapshots, rebuilt on restore).
     #[serde(skip)]
     pub(crate) usage: UsageTable,
+    /// Live leases by TTL bucket, kept with every change (derived: not in
+    /// snapshots, rebuilt on restore).
+    #[serde(skip)]
+    pub(crate) lease_ttls: LeaseTtlCounts,
 }
 
 impl StateMachine {
@@ -446,6 +451,7 @@ impl StateMachine {
     ) -> String {
         if let LeaseRef::New { lease_id, ttl_ms } = lease {
             let holder = holder.unwrap_or_default().to_owned();
+            self.lease_ttls.add(*ttl_ms);
             self.leases.insert(
                 *lease_id,
                 Lease {

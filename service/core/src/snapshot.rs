@@ -1,5 +1,6 @@
 //! Snapshot encoding: one format-version byte, then the state in postcard.
 
+use crate::lease_ttls::LeaseTtlCounts;
 use crate::machine::StateMachine;
 use crate::snapshot_legacy::StateV3;
 
@@ -58,6 +59,7 @@ impl StateMachine {
         };
         // Derived counts are not in the snapshot.
         state.recount_usage();
+        state.lease_ttls = LeaseTtlCounts::of(&state.leases);
         state.idempotency.recount();
         Ok(state)
     }

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::CoreError;
 use crate::ids::LeaseId;
 use crate::lease::{Attachment, Leases};
+use crate::lease_ttls::LeaseTtlCounts;
 use crate::machine::StateMachine;
 use crate::slot::{LockMode, Slot};
 
@@ -197,18 +198,22 @@ fn semaphore_view(name: &str, slot: &Slot, leases: &Leases) -> SemaphoreView {
 }
 
 /// Keys of `map` starting with `prefix`, strictly after `after`, at most `limit`.
-fn page<'a, V>(
-    map: &'a imbl::OrdMap<String, V>,
+fn page<'a, K, V>(
+    map: &'a imbl::OrdMap<K, V>,
     prefix: &'a str,
     after: Option<&'a str>,
     limit: usize,
-) -> impl Iterator<Item = (&'a String, &'a V)> + 'a {
+) -> impl Iterator<Item = (&'a K, &'a V)> + 'a
+where
+    K: Ord + Clone + std::borrow::Borrow<str>,
+    V: Clone,
+{
     let start = match after {
-        Some(after) if after >= prefix => Bound::Excluded(after.to_owned()),
-        _ => Bound::Included(prefix.to_owned()),
+        Some(after) if after >= prefix => Bound::Excluded(after),
+        _ => Bound::Included(prefix),
     };
-    map.range((start, Bound::Unbounded))
-        .take_while(move |(name, _)| name.starts_with(prefix))
+    map.range::<_, str>((start, Bound::Unbounded))
+        .take_while(move |(name, _)| name.borrow().starts_with(prefix))
         .take(limit)
 }
 
@@ -453,5 +458,11 @@ impl StateMachine {
         [&self.locks, &self.elections, &self.semaphores]
             .iter()
             .all(|slots| slots.tally() == slots.counted_tally())
+            && self.lease_ttls == LeaseTtlCounts::of(&self.leases)
+    }
+
+    /// Live leases by TTL bucket, in O(1) (kept with every change).
+    pub fn lease_ttl_counts(&self) -> LeaseTtlCounts {
+        self.lease_ttls
     }
 }

@@ -16,7 +16,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use baton_core::{EndReason, EventKind, Outcome};
+use baton_core::{EndReason, EventKind, Outcome, LEASE_TTL_BOUNDS_S};
 use baton_metrics::{
     Counter, Exposition, Family, Histogram, BATCH_SIZE, CALL_SECONDS, HOLD_SECONDS, WAIT_SECONDS,
 };
@@ -135,9 +135,6 @@ const CALL_KINDS: [&str; 7] = [
     "remove_member",
     "campaign",
 ];
-
-/// Upper bounds (seconds) of the lease TTL buckets of `baton_leases_by_ttl`.
-const TTL_BOUNDS_S: [u64; 8] = [1, 5, 15, 30, 60, 300, 900, 3600];
 
 /// The proposer's own counts (it owns them: it is started before the node).
 #[derive(Debug)]
@@ -517,22 +514,17 @@ impl Node {
             &["call"],
             &m.leader_calls,
         );
-        let by_ttl = {
-            let view = self.view();
-            let mut counts = [0u64; TTL_BOUNDS_S.len() + 1];
-            for (_, ttl_ms) in view.leases() {
-                let bucket = TTL_BOUNDS_S.partition_point(|&bound| bound * 1000 < ttl_ms);
-                counts[bucket] += 1;
-            }
-            counts
-        };
+        // Kept by the state with every change: no walk, and no copy of the state
+        // whose map nodes every apply beside the walk would have to copy.
+        let by_ttl = self.read(|machine| machine.lease_ttl_counts());
         let mut cumulative = 0;
         let samples: Vec<(String, f64)> = by_ttl
+            .counts()
             .iter()
             .enumerate()
             .map(|(i, count)| {
                 cumulative += count;
-                let le = TTL_BOUNDS_S
+                let le = LEASE_TTL_BOUNDS_S
                     .get(i)
                     .map_or_else(|| "+Inf".to_owned(), u64::to_string);
                 (le, cumulative as f64)

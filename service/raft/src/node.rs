@@ -228,16 +228,6 @@ impl Node {
         f(&self.shared.read().machine)
     }
 
-    /// A copy of the applied state as it is now, for readers that walk all of
-    /// it (scrapes): the copy shares the state's persistent maps, so taking it
-    /// is O(1), and the walk does not hold the lock applying waits for. At a
-    /// million holdings a walk under the lock stalled every request for tens of
-    /// milliseconds per scrape (issue 19's expiry storm, which polls
-    /// `/metrics`).
-    pub fn view(&self) -> StateMachine {
-        self.shared.read().machine.clone()
-    }
-
     /// The revision applied on this replica.
     pub fn revision(&self) -> u64 {
         self.shared.read().machine.revision()

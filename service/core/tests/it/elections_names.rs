@@ -2,7 +2,7 @@
 
 use baton_core::{
     Command, CoreError, EndReason, EventKind, LeaseId, LeaseRef, NameRegistered, Proclaimed, Reply,
-    StateMachine, WaiterId, IDEMPOTENCY_RETENTION_MS, SNAPSHOT_FORMAT,
+    StateMachine, WaiterId, IDEMPOTENCY_RETENTION_MS, LEASE_TTL_BOUNDS_S, SNAPSHOT_FORMAT,
 };
 
 use crate::legacy_script;
@@ -374,6 +374,44 @@ fn snapshot_restores_an_identical_state() {
     let out2 = twin.release("db", a, g.token);
     assert_eq!(out1, out2);
     assert_eq!(twin.sm, d.sm);
+}
+
+#[test]
+fn leases_are_counted_by_ttl_as_they_come_and_go_and_after_a_restore() {
+    let mut d = Driver::default();
+    let ttl_counts = |sm: &StateMachine| sm.lease_ttl_counts().counts().to_vec();
+    let bucket = |seconds: u64| {
+        LEASE_TTL_BOUNDS_S
+            .iter()
+            .position(|&s| s == seconds)
+            .unwrap()
+    };
+    let bucket_of_10_s = bucket(15);
+    let (a, _b) = (d.create_lease(1), d.create_lease(2));
+    // An ephemeral lease, made by the acquire itself, counts too.
+    let out = d.apply(Command::Acquire {
+        name: "db".into(),
+        lease: LeaseRef::New {
+            lease_id: lease(3),
+            ttl_ms: 3_600_000,
+        },
+        holder: Some("h".into()),
+        waiter: None,
+        lock_delay_ms: 0,
+    });
+    assert!(out.result.is_ok(), "{out:?}");
+    let mut expected = vec![0; LEASE_TTL_BOUNDS_S.len() + 1];
+    expected[bucket_of_10_s] = 2;
+    expected[bucket(3600)] = 1;
+    assert_eq!(ttl_counts(&d.sm), expected);
+    d.apply(Command::RevokeLease { lease_id: a })
+        .result
+        .unwrap();
+    expected[bucket_of_10_s] = 1;
+    assert_eq!(ttl_counts(&d.sm), expected);
+    let restored = StateMachine::from_snapshot(&d.sm.to_snapshot()).unwrap();
+    assert_eq!(ttl_counts(&restored), expected);
+    assert!(restored.counts_are_consistent());
 }
 
 #[test]
