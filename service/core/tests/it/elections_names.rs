@@ -448,8 +448,45 @@ fn fixture(file: &str) -> Vec<u8> {
     match file {
         "format3.snapshot" => include_bytes!("data/format3.snapshot").to_vec(),
         "format3-bare.snapshot" => include_bytes!("data/format3-bare.snapshot").to_vec(),
+        "format4-1ff32c1.snapshot" => include_bytes!("data/format4-1ff32c1.snapshot").to_vec(),
         other => panic!("no fixture {other}"),
     }
+}
+
+/// The legacy history, then a lock whose name is longer than the 24 bytes a
+/// slot name keeps inline, so both ways a name is stored are in the snapshot.
+fn format4_history() -> StateMachine {
+    let mut sm = legacy_script::replay(false);
+    let ctx = baton_core::ApplyContext {
+        now_ms: 2_000_000,
+        limits: baton_core::Limits::default(),
+        term: 1,
+    };
+    let outcome = sm.apply(
+        &ctx,
+        &baton_core::Request::plain(Command::Acquire {
+            name: "a-lock-name-longer-than/twenty-four-bytes".into(),
+            lease: LeaseRef::Existing(lease(2)),
+            holder: None,
+            waiter: None,
+            lock_delay_ms: 0,
+        }),
+    );
+    assert!(outcome.result.is_ok(), "{outcome:?}");
+    sm
+}
+
+/// `data/format4-1ff32c1.snapshot` is what the last build that kept slot names
+/// as `String` (1ff32c1) wrote for `format4_history`: today's build, whose slot
+/// names are `CompactString`, reads it into the same state and writes the same
+/// state to the same bytes, so nodes of both builds exchange snapshots.
+#[test]
+fn a_format_4_snapshot_of_the_string_keyed_build_reads_back_and_is_written_alike() {
+    let bytes = fixture("format4-1ff32c1.snapshot");
+    assert_eq!(bytes[0], 4, "written by a format-4 build");
+    let state = format4_history();
+    assert_eq!(StateMachine::from_snapshot(&bytes).unwrap(), state);
+    assert_eq!(state.to_snapshot(), bytes);
 }
 
 #[test]
