@@ -110,7 +110,8 @@ d, name = sys.argv[1], sys.argv[2]
 measured = json.load(open(f"{d}/measured.json"))
 ops = measured["throughput_per_s"]
 cores = measured.get("server_cpu_cores")
-line = f"{name:12} {ops:8.0f} ops/s  p99 {measured['latency_us']['p99'] / 1000:6.2f} ms"
+latency = measured["latency_us"]
+line = f"{name:12} {ops:8.0f} ops/s  p50 {latency['p50'] / 1000:6.2f} ms  p99 {latency['p99'] / 1000:6.2f} ms"
 if ops > 0 and cores is not None:
     line += f"  server {cores:4.2f} cores = {cores * 1e6 / ops:6.1f} µs/op"
 if os.path.exists(f"{d}/perf") and os.path.exists(f"{d}/counted.json"):

@@ -281,6 +281,12 @@ pub struct ServeArgs {
     /// HTTP worker threads (default: number of cores).
     #[arg(long, env = "BATON_HTTP_WORKERS")]
     pub http_workers: Option<usize>,
+    /// Worker threads of the runtime that runs Raft, the proposer and the lease
+    /// clock (default: number of cores, or `TOKIO_WORKER_THREADS`). HTTP has its
+    /// own threads (`--http-workers`). On a small single node, 1 saves half the
+    /// context switches per request (BENCHMARKS.md, "Runtime threads").
+    #[arg(long, env = "BATON_RUNTIME_THREADS")]
+    pub runtime_threads: Option<usize>,
     /// Watch events kept for resuming streams (`since`, `Last-Event-ID`).
     #[arg(long, env = "BATON_WATCH_HISTORY", default_value_t = 100_000)]
     pub watch_history: usize,
@@ -331,6 +337,12 @@ impl ServeArgs {
         }
         if self.max_in_flight == Some(0) {
             return Err("--max-in-flight must be at least 1".into());
+        }
+        if self.http_workers == Some(0) {
+            return Err("--http-workers must be at least 1".into());
+        }
+        if self.runtime_threads == Some(0) {
+            return Err("--runtime-threads must be at least 1".into());
         }
         if self.heartbeat_ms == 0 || self.election_timeout_ms < self.heartbeat_ms * 3 {
             return Err(
@@ -533,6 +545,21 @@ mod tests {
         }
         let config = serve_args(&["--snapshot-log-ratio", "0.5"]);
         assert_eq!(config.snapshot_log_ratio, 0.5);
+    }
+
+    /// `--http-workers 0` used to reach actix, whose assertion ended the
+    /// process with a panic (exit 70) instead of a usage error.
+    #[test]
+    fn thread_counts_must_be_at_least_one() {
+        for flag in ["--http-workers", "--runtime-threads"] {
+            let zero = serve_args(&[flag, "0"]).validate();
+            assert_eq!(zero, Err(format!("{flag} must be at least 1")));
+            assert_eq!(serve_args(&[flag, "1"]).validate(), Ok(()));
+        }
+        assert_eq!(
+            serve_args(&["--runtime-threads", "3"]).runtime_threads,
+            Some(3)
+        );
     }
 
     #[test]

@@ -71,7 +71,6 @@ fn init_telemetry(args: &ServeArgs) -> anyhow::Result<telemetry::Telemetry> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    args.validate().map_err(anyhow::Error::msg)?;
     open_files::raise_and_report();
     if let Some(targets) = args.proxy.clone() {
         return serve_proxy(&args, &targets).await;
@@ -306,10 +305,32 @@ async fn hold(
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<ExitCode> {
+fn main() -> anyhow::Result<ExitCode> {
     exit_on_panic();
     let cli = Cli::parse();
+    // Before the runtime is built: a thread count of 0 would reach tokio's or
+    // actix's assertions and end in a panic rather than a usage error.
+    if let Command::Serve(args) = &cli.command {
+        args.validate().map_err(anyhow::Error::msg)?;
+    }
+    runtime(&cli)?.block_on(run(cli))
+}
+
+/// The multi-threaded runtime everything but HTTP runs on, with
+/// `--runtime-threads` workers when given (tokio's default otherwise: one per
+/// core, or `TOKIO_WORKER_THREADS`).
+fn runtime(cli: &Cli) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Command::Serve(args) = &cli.command {
+        if let Some(threads) = args.runtime_threads {
+            builder.worker_threads(threads);
+        }
+    }
+    builder.build()
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Openapi => {
             std::io::stdout().write_all(openapi_json().as_bytes())?;
