@@ -283,8 +283,9 @@ pub struct ServeArgs {
     pub http_workers: Option<usize>,
     /// Worker threads of the runtime that runs Raft, the proposer and the lease
     /// clock (default: number of cores, or `TOKIO_WORKER_THREADS`). HTTP has its
-    /// own threads (`--http-workers`). On a small single node, 1 saves half the
-    /// context switches per request (BENCHMARKS.md, "Runtime threads").
+    /// own threads (`--http-workers`). On 2 cores, 1 saves half the context
+    /// switches per request but worsens expiry storms (BENCHMARKS.md, "Runtime
+    /// threads").
     #[arg(long, env = "BATON_RUNTIME_THREADS")]
     pub runtime_threads: Option<usize>,
     /// Watch events kept for resuming streams (`since`, `Last-Event-ID`).
