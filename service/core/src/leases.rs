@@ -10,6 +10,36 @@ use crate::queueing::SlotKind;
 use crate::reply::{LeaseCreated, Reply};
 
 impl StateMachine {
+    /// Adds a lease with no attachments, counted in the TTL buckets and announced:
+    /// the one way a lease comes into the state, so the counts cannot miss one.
+    pub(crate) fn insert_new_lease(
+        &mut self,
+        lease_id: LeaseId,
+        ttl_ms: u64,
+        holder: String,
+        ephemeral: bool,
+        events: &mut Vec<Event>,
+    ) {
+        self.lease_ttls.add(ttl_ms);
+        self.leases.insert(
+            lease_id,
+            Lease {
+                ttl_ms,
+                holder: holder.clone(),
+                ephemeral,
+                attachments: Vec::new(),
+            },
+        );
+        self.emit(
+            events,
+            EventKind::LeaseCreated {
+                lease_id,
+                ttl_ms,
+                holder,
+            },
+        );
+    }
+
     pub(crate) fn create_lease(
         &mut self,
         limits: &Limits,
@@ -23,24 +53,7 @@ impl StateMachine {
         if self.leases.contains_key(&lease_id) {
             return Err(CoreError::LeaseExists);
         }
-        self.lease_ttls.add(ttl_ms);
-        self.leases.insert(
-            lease_id,
-            Lease {
-                ttl_ms,
-                holder: holder.to_owned(),
-                ephemeral: false,
-                attachments: Vec::new(),
-            },
-        );
-        self.emit(
-            events,
-            EventKind::LeaseCreated {
-                lease_id,
-                ttl_ms,
-                holder: holder.to_owned(),
-            },
-        );
+        self.insert_new_lease(lease_id, ttl_ms, holder.to_owned(), false, events);
         Ok(Reply::LeaseCreated(LeaseCreated {
             lease_id,
             ttl_ms,

@@ -8,7 +8,7 @@ use crate::error::CoreError;
 use crate::groups::{Group, GroupClaim};
 use crate::idempotency::{IdempotencyTable, Record};
 use crate::ids::{LeaseId, WaiterId};
-use crate::lease::{Attachment, Lease, Leases};
+use crate::lease::{Attachment, Leases};
 use crate::lease_ttls::LeaseTtlCounts;
 use crate::limits::Limits;
 use crate::outcome::{EndReason, Event, EventKind, Outcome};
@@ -451,24 +451,7 @@ impl StateMachine {
     ) -> String {
         if let LeaseRef::New { lease_id, ttl_ms } = lease {
             let holder = holder.unwrap_or_default().to_owned();
-            self.lease_ttls.add(*ttl_ms);
-            self.leases.insert(
-                *lease_id,
-                Lease {
-                    ttl_ms: *ttl_ms,
-                    holder: holder.clone(),
-                    ephemeral: true,
-                    attachments: Vec::new(),
-                },
-            );
-            self.emit(
-                events,
-                EventKind::LeaseCreated {
-                    lease_id: *lease_id,
-                    ttl_ms: *ttl_ms,
-                    holder,
-                },
-            );
+            self.insert_new_lease(*lease_id, *ttl_ms, holder, true, events);
         }
         match holder {
             Some(holder) => holder.to_owned(),
