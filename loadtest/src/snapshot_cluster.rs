@@ -401,7 +401,7 @@ in {fill:.0} s, then lock-cycle ran against the leader ({clients} clients, {dur:
 the nodes built snapshots of that state and, {restart:.0} s in, the killed follower came back \
 behind the leader's purged log and caught up by installing its snapshot.\n\n\
 A gap is the time a follower went between two accepted RPCs of its leader (appends, \
-heartbeats every 100 ms, snapshot chunks), from `baton_raft_leader_contact_gap_seconds`; \
+idle heartbeats every 90 ms with the default `--heartbeat-ms 60`, snapshot chunks), from `baton_raft_leader_contact_gap_seconds`; \
 the target allows {allowed} ms (a quarter of the election timeout).\n\n\
 | node | gaps | over {allowed} ms | longest gap at most | snapshots built | mean build | installed | snapshot size |\n\
 |---|---:|---:|---:|---:|---:|---:|---:|\n",

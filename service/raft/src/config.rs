@@ -95,7 +95,7 @@ impl NodeConfig {
             max_in_flight: InFlight::Auto,
             max_queued: 8192,
             lease_tick: Duration::from_millis(100),
-            heartbeat: Duration::from_millis(100),
+            heartbeat: Duration::from_millis(60),
             election_timeout: Duration::from_millis(500),
             snapshot_every: 20_000,
             snapshot_log_ratio: 1.0,
@@ -133,6 +133,24 @@ impl NodeConfig {
     pub fn leader_wait(&self) -> Duration {
         self.election_timeout * 4
     }
+
+    /// How often an idle leader's heartbeat reaches a follower. openraft 0.9
+    /// sends an idle heartbeat only from its tick, which runs every 1.5
+    /// heartbeat intervals (`Tick::spawn` in its `raft/mod.rs`), so the
+    /// cadence is 1.5 intervals, not one.
+    pub fn idle_heartbeat_cadence(&self) -> Duration {
+        self.heartbeat * 3 / 2
+    }
+
+    /// How long a follower may go without an RPC from its leader before it
+    /// warns that heartbeats are late: a quarter of the election timeout, but
+    /// never less than the idle cadence plus a third of it, so that a
+    /// configuration whose healthy cadence is already above the quarter (a
+    /// long `--heartbeat-ms`) does not warn on every idle heartbeat.
+    pub fn late_leader_contact(&self) -> Duration {
+        let cadence = self.idle_heartbeat_cadence();
+        (self.election_timeout / 4).max(cadence + cadence / 3)
+    }
 }
 
 /// The URL to dial for `peer`: its override if there is one, else `raft_addr`.
@@ -142,4 +160,41 @@ pub(crate) fn dial_url(overrides: &BTreeMap<u64, String>, peer: u64, raft_addr: 
         .map_or(raft_addr, String::as_str)
         .trim_end_matches('/')
         .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_timing(heartbeat_ms: u64, election_ms: u64) -> NodeConfig {
+        let mut config = NodeConfig::single("unused".into(), "http://127.0.0.1:1".into());
+        config.heartbeat = Duration::from_millis(heartbeat_ms);
+        config.election_timeout = Duration::from_millis(election_ms);
+        config
+    }
+
+    #[test]
+    fn by_default_an_idle_follower_hears_its_leader_within_a_quarter_of_the_election_timeout() {
+        let config = NodeConfig::single("unused".into(), "http://127.0.0.1:1".into());
+        assert_eq!(config.idle_heartbeat_cadence(), Duration::from_millis(90));
+        assert_eq!(config.late_leader_contact(), Duration::from_millis(125));
+        // Room for a late tick on a busy machine before the warning.
+        assert!(
+            config.idle_heartbeat_cadence() + Duration::from_millis(30)
+                < config.late_leader_contact()
+        );
+    }
+
+    #[test]
+    fn a_long_heartbeat_does_not_make_every_idle_gap_a_warning() {
+        // 100 ms heartbeats tick every 150 ms, above a quarter of 500 ms.
+        let config = with_timing(100, 500);
+        assert_eq!(config.idle_heartbeat_cadence(), Duration::from_millis(150));
+        assert_eq!(config.late_leader_contact(), Duration::from_millis(200));
+        // A long election timeout keeps its quarter.
+        assert_eq!(
+            with_timing(50, 2_000).late_leader_contact(),
+            Duration::from_millis(500)
+        );
+    }
 }

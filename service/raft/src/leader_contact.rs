@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use baton_metrics::{Buckets, Histogram, Unit};
 
-/// Gaps from 5 ms to 10 s, finest around the default heartbeat (100 ms) and a
+/// Gaps from 5 ms to 10 s, finest around the idle heartbeat cadence (90 ms) and a
 /// quarter of the default election timeout (125 ms), so that "more than a
 /// quarter of the election timeout" can be read off the buckets.
 pub const CONTACT_GAP_SECONDS: Buckets = Buckets {

@@ -726,6 +726,6 @@ mod tests {
         // the whole install (2.4 s at a million holdings).
         assert_eq!(raft.install_snapshot_timeout, SNAPSHOT_CHUNK_TIMEOUT_MS);
         assert!(raft.install_snapshot_timeout >= 20 * raft.election_timeout_max);
-        assert_eq!(raft.heartbeat_interval, 100);
+        assert_eq!(raft.heartbeat_interval, 60);
     }
 }

@@ -101,17 +101,18 @@ async fn append(node: web::Data<Node>, body: web::Bytes) -> HttpResponse {
 }
 
 /// Records an accepted leader RPC, and warns when the leader had been silent
-/// for more than a quarter of the election timeout: heartbeats were late
-/// (a busy leader or follower, a slow network), the step before an election.
+/// for longer than `NodeConfig::late_leader_contact` (a quarter of the
+/// election timeout with the defaults): heartbeats were late (a busy leader or
+/// follower, a slow network), the step before an election.
 fn heard_from_leader(node: &Node, term: u64) {
     let gap = node.metrics.leader_contact.heard(term, Instant::now());
-    let allowed = node.config.election_timeout / 4;
+    let allowed = node.config.late_leader_contact();
     if let Some(gap) = gap.filter(|gap| *gap > allowed) {
         tracing::warn!(
             gap_ms = gap.as_millis() as u64,
             allowed_ms = allowed.as_millis() as u64,
             term,
-            "no RPC from the leader for longer than a quarter of the election timeout"
+            "no RPC from the leader for longer than heartbeats allow (by default a quarter of the election timeout)"
         );
     }
 }
