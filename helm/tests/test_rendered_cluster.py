@@ -513,10 +513,17 @@ def test_auth_voters_read_the_rendered_secret_and_form_one_cluster(auth_cluster)
         assert Path(path).read_text() == rendered
     # The voters found each other (peers authenticate with the cluster secret on
     # the raft port, not with API tokens) and agree on one leader.
+    # Ready means a voter knows its leader, not that it has applied the entry that
+    # names the cluster: a loaded machine shows `cluster_id: ""` for a moment.
     admin = c["tokens"]["ops"]
-    views = [http("GET", f"http://127.0.0.1:{c['api'][pod]}/v1/cluster", token=admin) for pod in c["pods"]]
-    assert [status for status, _ in views] == [200] * REPLICAS, views
-    assert len({v["cluster_id"] for _, v in views}) == 1
+
+    def agreed_views():
+        views = [http("GET", f"http://127.0.0.1:{c['api'][pod]}/v1/cluster", token=admin) for pod in c["pods"]]
+        assert [status for status, _ in views] == [200] * REPLICAS, views
+        ids = {v["cluster_id"] for _, v in views}
+        return views if len(ids) == 1 and "" not in ids else None
+
+    views = wait_until("the voters agree on the cluster id", agreed_views, timeout=30)
     assert {m["id"] for m in views[0][1]["members"]} == {1, 2, 3}
     assert views[0][1]["leader_id"] in {1, 2, 3}
     assert len({v["leader_id"] for _, v in views}) == 1
