@@ -287,13 +287,14 @@ async fn measure(args: &SnapshotClusterArgs) -> anyhow::Result<SnapshotClusterRe
         "snapshot-cluster: term {} -> {}, caught up after {:?} s, nodes {:?}",
         result.term_before, result.term_after, result.catch_up_s, result.nodes
     );
-    // Where the time went: the nodes' own lines about snapshots and late
-    // heartbeats (their logs go with the temporary directory).
+    // Where the time went: the nodes' own lines about snapshots, and their
+    // warnings (late heartbeats, slow appends on either side of the wire);
+    // their logs go with the temporary directory.
     for (index, node) in nodes.iter().enumerate() {
         let log = std::fs::read_to_string(&node.log).unwrap_or_default();
         for line in log
             .lines()
-            .filter(|l| l.contains("snapshot") || l.contains("election timeout"))
+            .filter(|l| l.contains("snapshot") || l.contains(" WARN "))
         {
             eprintln!("node {}: {line}", index + 1);
         }

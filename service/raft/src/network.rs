@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use baton_store::{BatonNode, TypeConfig};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
@@ -26,6 +26,7 @@ pub struct HttpNetwork {
     client: reqwest::Client,
     secret: Option<String>,
     dial_overrides: Arc<BTreeMap<u64, String>>,
+    late_after: Duration,
 }
 
 /// The HTTP client every peer call shares: keep-alive connections, no Nagle,
@@ -55,15 +56,20 @@ pub fn peer_http_client(
 impl HttpNetwork {
     /// A network on `client` whose requests carry `secret`, dialing
     /// `dial_overrides` instead of the membership's address where given.
+    /// `late_after` is the longest a follower may go without an append (the
+    /// gap its own peer server warns about): the leader warns too, and says
+    /// on which side of the wire the time went.
     pub fn new(
         client: reqwest::Client,
         secret: Option<String>,
         dial_overrides: BTreeMap<u64, String>,
+        late_after: Duration,
     ) -> Self {
         HttpNetwork {
             client,
             secret,
             dial_overrides: Arc::new(dial_overrides),
+            late_after,
         }
     }
 }
@@ -74,6 +80,11 @@ pub struct PeerClient {
     secret: Option<String>,
     target: u64,
     base: String,
+    late_after: Duration,
+    /// When the previous append to this peer was answered: openraft sends a
+    /// peer one append at a time, so the time from here to the next send is
+    /// the leader's own delay.
+    last_answered: Option<Instant>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
@@ -85,6 +96,8 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
             secret: self.secret.clone(),
             target,
             base: crate::config::dial_url(&self.dial_overrides, target, &node.raft_addr),
+            late_after: self.late_after,
+            last_answered: None,
         }
     }
 }
@@ -139,7 +152,31 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BatonNode, RaftError<u64>>> {
-        self.call("append", &rpc, &option).await
+        let sent = Instant::now();
+        if let Some(idle) = self.last_answered.map(|at| sent - at) {
+            if idle > self.late_after {
+                tracing::warn!(
+                    peer = self.target,
+                    idle_ms = idle.as_millis() as u64,
+                    "the leader sent this peer nothing for longer than heartbeats allow: its own raft core or runtime was late"
+                );
+            }
+        }
+        let entries = rpc.entries.len();
+        let answer = self.call("append", &rpc, &option).await;
+        let took = sent.elapsed();
+        // A peer that is down or refusing is reported by openraft itself; its
+        // time-outs and back-offs are not delays of a working link.
+        if answer.is_ok() && took > self.late_after {
+            tracing::warn!(
+                peer = self.target,
+                took_ms = took.as_millis() as u64,
+                entries,
+                "an append to this peer took longer than heartbeats allow: the network, the peer or this node's runtime was slow"
+            );
+        }
+        self.last_answered = answer.is_ok().then(Instant::now);
+        answer
     }
 
     async fn install_snapshot(
@@ -150,6 +187,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         InstallSnapshotResponse<u64>,
         RPCError<u64, BatonNode, RaftError<u64, InstallSnapshotError>>,
     > {
+        // Appends resume after the snapshot: the wait is the install's, not a gap.
+        self.last_answered = None;
         self.call("snapshot", &rpc, &option).await
     }
 

@@ -162,6 +162,7 @@ impl Node {
                 client.clone(),
                 config.cluster_secret.clone(),
                 config.dial_overrides.clone(),
+                config.late_leader_contact(),
             ),
             log_store,
             state_machine,

@@ -91,8 +91,10 @@ where
 async fn append(node: web::Data<Node>, body: web::Bytes) -> HttpResponse {
     handle(&body, |rpc: AppendEntriesRequest<TypeConfig>| async {
         let term = rpc.vote.leader_id().term;
+        let received = Instant::now();
         let response = node.raft.append_entries(rpc).await;
         if matches!(&response, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+            warn_if_slow_to_answer(&node, term, received.elapsed());
             heard_from_leader(&node, term);
         }
         response
@@ -113,6 +115,22 @@ fn heard_from_leader(node: &Node, term: u64) {
             allowed_ms = allowed.as_millis() as u64,
             term,
             "no RPC from the leader for longer than heartbeats allow (by default a quarter of the election timeout)"
+        );
+    }
+}
+
+/// Warns when this follower took longer to answer an append than heartbeats
+/// allow: the leader sends a follower its next RPC (heartbeats included) only
+/// after the answer, so the follower's own disk or CPU made the gap that
+/// `heard_from_leader` will report, not the leader or the network.
+fn warn_if_slow_to_answer(node: &Node, term: u64, took: std::time::Duration) {
+    let allowed = node.config.late_leader_contact();
+    if took > allowed {
+        tracing::warn!(
+            answer_ms = took.as_millis() as u64,
+            allowed_ms = allowed.as_millis() as u64,
+            term,
+            "this follower answered the leader's append later than heartbeats allow (by default a quarter of the election timeout): its own disk or CPU was slow"
         );
     }
 }

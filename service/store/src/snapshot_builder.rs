@@ -107,9 +107,14 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .await
             .map_err(|_| StorageIOError::write_snapshot(None, &StoreError::BuilderStopped))?
             .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
-        self.metrics
-            .snapshot_build
-            .observe_duration(started.elapsed());
+        let took = started.elapsed();
+        tracing::info!(
+            snapshot = %snapshot.meta,
+            bytes,
+            build_ms = took.as_millis() as u64,
+            "built snapshot"
+        );
+        self.metrics.snapshot_build.observe_duration(took);
         self.metrics
             .snapshot_bytes
             .store(bytes, std::sync::atomic::Ordering::Relaxed);
