@@ -1403,3 +1403,82 @@ async fn a_node_joins_a_tls_cluster_with_auth_on() {
     .await;
     assert!(joined.is_some(), "node {joiner} never became a voter");
 }
+
+/// A keepalive writes no log entry, so the serving replica judges who owns the
+/// lease. A follower that has not applied the lease's creation yet must catch up
+/// before it judges: before session 40 it found no owner, let another
+/// principal's token through and forwarded the keepalive, which the leader
+/// granted (the chart suite's auth test saw a 200 under load). The follower is
+/// stopped while the lease is created and the keepalive is sent to it then, so it
+/// reads the request as soon as it runs again, before the leader's next append.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_behind_the_lease_still_refuses_another_principals_keepalive() {
+    const OPS: &str = "ops-token-0123456789abcdef";
+    const BILLING: &str = "billing-token-0123456789abc";
+    let auth = tempfile::tempdir().unwrap();
+    let auth_file = auth.path().join("auth.yaml");
+    std::fs::write(
+        &auth_file,
+        format!(
+            "principals:\n  - name: ops\n    role: admin\n    tokens: [\"{}\"]\n  - name: billing\n    role: client\n    tokens: [\"{}\"]\n    locks: [\"billing/\"]\n",
+            baton_api::auth::hash_token(OPS),
+            baton_api::auth::hash_token(BILLING)
+        ),
+    )
+    .unwrap();
+    let auth_arg = auth_file.display().to_string();
+    let mut cluster = Cluster::start(3, &["--auth-file", &auth_arg]).await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/v1/cluster", cluster.node(1).api);
+    let leader = eventually(Duration::from_secs(30), || {
+        let (client, url) = (&client, &url);
+        async move {
+            let view: Value = client
+                .get(url)
+                .bearer_auth(OPS)
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            view["leader_id"].as_u64()
+        }
+    })
+    .await
+    .expect("no leader");
+    let behind = (1..=3).find(|id| *id != leader).unwrap();
+    for round in 0..3 {
+        cluster.pause(behind);
+        let created = client
+            .post(format!("{}/v1/leases", cluster.node(leader).api))
+            .bearer_auth(BILLING)
+            .json(&json!({"ttl_ms": 60_000}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status().as_u16(), 201, "round {round}");
+        let lease: Value = created.json().await.unwrap();
+        let lease_id = lease["lease_id"].as_str().unwrap().to_owned();
+        let keepalive = client
+            .post(format!(
+                "{}/v1/leases/{lease_id}:keepalive",
+                cluster.node(behind).api
+            ))
+            .bearer_auth(OPS)
+            .json(&json!({}))
+            .timeout(Duration::from_secs(20))
+            .send();
+        let answer = tokio::spawn(keepalive);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        cluster.resume(behind);
+        let answer = answer.await.unwrap().unwrap();
+        let status = answer.status().as_u16();
+        let problem: Value = answer.json().await.unwrap_or(Value::Null);
+        assert_eq!(
+            (status, problem["code"].clone()),
+            (403, json!("forbidden")),
+            "round {round}: {problem}"
+        );
+    }
+}
