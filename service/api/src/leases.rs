@@ -144,15 +144,7 @@ pub async fn keepalive(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let lease_id = parse_lease_id(&path)?;
-    // A keepalive writes nothing, so no state machine judges its owner: this
-    // replica does. A lease it has not applied yet (a follower a moment behind
-    // the leader that created it) has no owner here and would pass anyone's
-    // token, so it catches up first. An owner never changes, so a lease
-    // already known is judged without the round trip that keepalives avoid.
-    if state.node.read(|sm| sm.lease_ttl_ms(lease_id).is_none()) {
-        state.node.linearizable().await?;
-    }
-    caller.require_lease(&state, lease_id)?;
+    caller.require_lease_caught_up(&state, lease_id).await?;
     let ttl_ms = state
         .node
         .keep_alive(lease_id)

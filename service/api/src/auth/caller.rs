@@ -175,6 +175,25 @@ impl Caller {
         Ok(state.node.read(|sm| sm.check_lease_owner(lease_id, name))?)
     }
 
+    /// [`Caller::require_lease`] for a request that writes no log entry (a
+    /// keepalive), so that no state machine judges it again. A lease this
+    /// replica has not applied yet (a follower a moment behind the leader that
+    /// created it) has no owner here and would pass anyone's token, so the
+    /// replica first catches up with a ReadIndex. An owner never changes, so a
+    /// lease already known is judged without that round trip, and with auth off
+    /// there is nothing to judge.
+    pub async fn require_lease_caught_up(
+        &self,
+        state: &ApiState,
+        lease_id: LeaseId,
+    ) -> Result<(), ApiError> {
+        let principal = matches!(self.0, Who::Principal(..));
+        if principal && state.node.read(|sm| sm.lease_ttl_ms(lease_id).is_none()) {
+            state.node.linearizable().await?;
+        }
+        self.require_lease(state, lease_id)
+    }
+
     /// `command` as this caller sends it: the state machine records and checks
     /// lease ownership for a principal, and judges it by the caller's quota
     /// (`defaults` with the principal's overrides). An unidentified caller (auth
