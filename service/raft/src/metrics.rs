@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -143,6 +144,9 @@ pub(crate) struct ProposerMetrics {
     pub(crate) proposals: Counter,
     /// Requests per proposed entry.
     pub(crate) batch_size: Histogram,
+    /// Background requests the batching task holds back for a later entry
+    /// (out of the queue, not yet proposed).
+    pub(crate) held_back: AtomicUsize,
 }
 
 impl Default for ProposerMetrics {
@@ -150,6 +154,7 @@ impl Default for ProposerMetrics {
         ProposerMetrics {
             proposals: Counter::new(),
             batch_size: Histogram::new(BATCH_SIZE),
+            held_back: AtomicUsize::new(0),
         }
     }
 }
@@ -454,7 +459,7 @@ impl Node {
         );
         out.gauge(
             "baton_proposer_queue_depth",
-            "Requests waiting in the proposer's queue for a place in an entry.",
+            "Requests waiting in the proposer's queue for a place in an entry (background requests held back for a later entry included).",
             self.proposer.queued() as f64,
         );
         out.counter(

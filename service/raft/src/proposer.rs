@@ -229,9 +229,11 @@ impl Proposer {
         Proposer { tx, metrics }
     }
 
-    /// Requests waiting in the queue for a place in an entry.
+    /// Requests waiting for a place in an entry: those in the queue and the
+    /// background requests held back for a later entry.
     pub fn queued(&self) -> usize {
-        self.tx.max_capacity() - self.tx.capacity()
+        let in_queue = self.tx.max_capacity() - self.tx.capacity();
+        in_queue + self.metrics.held_back.load(Ordering::Relaxed)
     }
 
     /// Proposals and batch sizes.
@@ -346,6 +348,10 @@ async fn run(sink: impl LogSink, mut rx: mpsc::Receiver<Pending>, settings: Batc
                 Err(_) => break,
             }
         }
+        settings
+            .metrics
+            .held_back
+            .store(held_back.len(), Ordering::Relaxed);
         settings.metrics.proposed(pending.len());
         let traces: Vec<_> = pending.iter_mut().filter_map(|p| p.trace.take()).collect();
         let in_flight = (capacity - slots.available_permits()) / permits.max(1) as usize;
@@ -681,6 +687,47 @@ mod tests {
             "entry 0: the first (client) request; entry 1: the first background \
              request and both clients; then one held-back background request per entry"
         );
+    }
+
+    /// A background request held back for a later entry has left the queue
+    /// but still waits: the queue depth (a gauge, and what an operator reads
+    /// during an expiry storm) counts it until an entry takes it.
+    #[tokio::test(start_paused = true)]
+    async fn held_back_background_requests_count_as_queued() {
+        let log = ScriptedLog::new(1);
+        let proposer = start(&log, Duration::from_secs(60));
+        let first = propose_in_background(&proposer);
+        until_submitted(&log, 1).await;
+        let queued = queue_in_order(
+            &proposer,
+            [
+                Lane::Background,
+                Lane::Client,
+                Lane::Background,
+                Lane::Background,
+            ]
+            .map(|lane| (lane, Duration::from_secs(60))),
+        )
+        .await;
+        assert_eq!(proposer.queued(), 4, "all four wait behind entry 0");
+        log.answer(0);
+        until_submitted(&log, 2).await;
+        assert_eq!(
+            proposer.queued(),
+            2,
+            "entry 1 took one background and the client request; two are held back"
+        );
+        log.answer(1);
+        until_submitted(&log, 3).await;
+        assert_eq!(proposer.queued(), 1, "entry 2 took one of them");
+        log.answer(2);
+        until_submitted(&log, 4).await;
+        assert_eq!(proposer.queued(), 0);
+        log.answer(3);
+        assert!(first.await.expect("task").is_ok());
+        for waiting in queued {
+            assert!(waiting.await.expect("task").is_ok());
+        }
     }
 
     /// A background request held back for a later entry can still be given up
