@@ -308,7 +308,34 @@ pub enum Command {
     },
 }
 
+/// The log version of this build: the newest commands it proposes and decodes.
+///
+/// Builds that differ only in what they can *read* share a version; a build that
+/// adds a command a leader may propose raises it, and [`Command::log_version`]
+/// names the version that command needs. Every node tells its peers its version
+/// on each peer answer, and a leader proposes a command only when every member
+/// has said it can decode it: an older follower cannot parse an entry with a
+/// command it does not know, refuses every append that carries it, and with a
+/// quorum of such followers nothing commits until they are upgraded.
+///
+/// - 0: builds before this field (and an answer that does not say).
+/// - 1: [`Command::ExpireLeasesOfTerm`].
+pub const LOG_VERSION: u32 = 1;
+
 impl Command {
+    /// The oldest log version ([`LOG_VERSION`]) whose builds decode this
+    /// command: a leader proposes it only to a cluster all of that version or
+    /// newer.
+    pub fn log_version(&self) -> u32 {
+        match self {
+            Command::ExpireLeasesOfTerm { .. } => 1,
+            Command::AsPrincipal { command, .. } | Command::Within { command, .. } => {
+                command.log_version()
+            }
+            _ => 0,
+        }
+    }
+
     /// The lease this command creates, if any, with its TTL.
     pub fn created_lease(&self) -> Option<(LeaseId, u64)> {
         match self {
@@ -407,5 +434,34 @@ impl Command {
             },
             None => self,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_batched_expiry_needs_a_newer_log_version_even_when_wrapped() {
+        let batched = Command::ExpireLeasesOfTerm {
+            lease_ids: vec![LeaseId(1)],
+            term: 3,
+        };
+        assert_eq!(batched.log_version(), 1);
+        let wrapped = Command::Within {
+            principal: None,
+            quota: Quota::default(),
+            command: Box::new(batched),
+        };
+        assert_eq!(wrapped.log_version(), 1);
+        let single = Command::ExpireLeaseOfTerm {
+            lease_id: LeaseId(1),
+            term: 3,
+        };
+        assert_eq!(single.log_version(), 0, "every build decodes it");
+        assert!(
+            wrapped.log_version() <= LOG_VERSION,
+            "a build proposes nothing newer than it is"
+        );
     }
 }

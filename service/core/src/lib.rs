@@ -86,7 +86,7 @@ mod snapshot_legacy;
 mod usage;
 mod views;
 
-pub use command::{Batch, Command, IdempotencyKey, LeaseRef, LockRequest, Request};
+pub use command::{Batch, Command, IdempotencyKey, LeaseRef, LockRequest, Request, LOG_VERSION};
 pub use error::CoreError;
 pub use force_release::HoldingKind;
 pub use groups::{check_lock_list, MAX_LOCKS_PER_ACQUIRE};

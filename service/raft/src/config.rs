@@ -79,6 +79,12 @@ pub struct NodeConfig {
     pub durability: Durability,
     /// Watch streams: history, lag bound, quotas, bookmark interval.
     pub watch: WatchConfig,
+    /// The log version this node tells its peers it runs, at most
+    /// [`baton_core::LOG_VERSION`] (the default). A leader proposes only what
+    /// every member's version decodes, so one node set lower keeps the whole
+    /// cluster's log readable by builds of that version (a rollback stays
+    /// possible during a rolling upgrade).
+    pub log_version: u32,
 }
 
 impl NodeConfig {
@@ -108,6 +114,7 @@ impl NodeConfig {
             propose_timeout: Duration::from_secs(10),
             durability: Durability::Synced,
             watch: WatchConfig::default(),
+            log_version: baton_core::LOG_VERSION,
         }
     }
 }

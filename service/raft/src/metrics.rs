@@ -458,6 +458,18 @@ impl Node {
             &proposer.batch_size,
         );
         out.gauge(
+            "baton_log_version",
+            "The log version this node tells its peers it runs (--log-version; this build's unless lowered).",
+            f64::from(self.config.log_version),
+        );
+        if self.is_leader() {
+            out.gauge(
+                "baton_cluster_log_version",
+                "On the leader: the newest log version every member said it runs (0 for one that has not answered); the leader proposes nothing newer.",
+                f64::from(self.cluster_log_version()),
+            );
+        }
+        out.gauge(
             "baton_proposer_queue_depth",
             "Requests waiting in the proposer's queue for a place in an entry (background requests held back for a later entry included).",
             self.proposer.queued() as f64,

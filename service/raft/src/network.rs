@@ -15,6 +15,7 @@ use openraft::raft::{
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::log_versions::{PeerLogVersions, LOG_VERSION_HEADER};
 use crate::tls::Tls;
 
 /// Header carrying the cluster secret on peer requests.
@@ -27,6 +28,7 @@ pub struct HttpNetwork {
     secret: Option<String>,
     dial_overrides: Arc<BTreeMap<u64, String>>,
     late_after: Duration,
+    versions: PeerLogVersions,
 }
 
 /// The HTTP client every peer call shares: keep-alive connections, no Nagle,
@@ -58,18 +60,21 @@ impl HttpNetwork {
     /// `dial_overrides` instead of the membership's address where given.
     /// `late_after` is the longest a follower may go without an append (the
     /// gap its own peer server warns about): the leader warns too, and says
-    /// on which side of the wire the time went.
+    /// on which side of the wire the time went. Each peer's answers record
+    /// its log version in `versions`.
     pub fn new(
         client: reqwest::Client,
         secret: Option<String>,
         dial_overrides: BTreeMap<u64, String>,
         late_after: Duration,
+        versions: PeerLogVersions,
     ) -> Self {
         HttpNetwork {
             client,
             secret,
             dial_overrides: Arc::new(dial_overrides),
             late_after,
+            versions,
         }
     }
 }
@@ -81,6 +86,7 @@ pub struct PeerClient {
     target: u64,
     base: String,
     late_after: Duration,
+    versions: PeerLogVersions,
     /// When the previous append to this peer was answered: openraft sends a
     /// peer one append at a time, so the time from here to the next send is
     /// the leader's own delay.
@@ -97,6 +103,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
             target,
             base: crate::config::dial_url(&self.dial_overrides, target, &node.raft_addr),
             late_after: self.late_after,
+            versions: self.versions.clone(),
             last_answered: None,
         }
     }
@@ -129,6 +136,15 @@ impl PeerClient {
                 RPCError::Network(NetworkError::new(&error))
             }
         })?;
+        // Every answer says which log version the peer runs, a refusal too:
+        // an older build refuses an append it cannot parse, without the header.
+        self.versions.heard(
+            self.target,
+            response
+                .headers()
+                .get(LOG_VERSION_HEADER)
+                .map(|value| value.as_bytes()),
+        );
         if !response.status().is_success() {
             let status = response.status();
             let text = response.text().await.unwrap_or_default();

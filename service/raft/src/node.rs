@@ -14,6 +14,7 @@ use crate::error::RaftLayerError;
 use crate::leader_call::{LeaderCall, LeaderResult, PeerStatus};
 use crate::leader_link::LeaderLink;
 use crate::lease_clock::LeaseClock;
+use crate::log_versions::PeerLogVersions;
 use crate::metrics::NodeMetrics;
 use crate::network::{peer_http_client, HttpNetwork};
 use crate::proposer::{wall_clock_ms, Lane, Proposer};
@@ -123,6 +124,7 @@ pub struct Node {
     snapshots_installed: Arc<AtomicU64>,
     pub(crate) metrics: Arc<NodeMetrics>,
     pub(crate) stop: watch::Sender<bool>,
+    log_versions: PeerLogVersions,
 }
 
 impl Node {
@@ -149,7 +151,15 @@ impl Node {
             watch: watch.clone(),
             metrics: metrics.clone(),
         }));
+        if config.log_version > baton_core::LOG_VERSION {
+            return Err(StartError::Config(format!(
+                "log version {} is newer than this build's ({})",
+                config.log_version,
+                baton_core::LOG_VERSION
+            )));
+        }
         let raft_config = raft_config(&config)?;
+        let log_versions = PeerLogVersions::default();
         let client = peer_http_client(
             config.heartbeat.max(Duration::from_millis(100)) * 2,
             config.tls.as_ref(),
@@ -163,6 +173,7 @@ impl Node {
                 config.cluster_secret.clone(),
                 config.dial_overrides.clone(),
                 config.late_leader_contact(),
+                log_versions.clone(),
             ),
             log_store,
             state_machine,
@@ -194,6 +205,7 @@ impl Node {
             snapshots_installed,
             metrics,
             stop,
+            log_versions,
         });
         crate::bootstrap::bootstrap(&node).await?;
         tokio::spawn(watch_leadership(node.clone()));
@@ -269,6 +281,25 @@ impl Node {
     /// Whether this node currently acts as leader (lease clock running).
     pub fn is_leader(&self) -> bool {
         self.leading.load(Ordering::Acquire)
+    }
+
+    /// The newest log version every member decodes, as far as this node knows:
+    /// its own `--log-version` and what each peer said in its latest answer
+    /// (a member that has not answered counts as the oldest, 0). Only a
+    /// leader hears its peers, so a follower's answer is its own version alone
+    /// or 0; the leader's is what its proposals are held to.
+    pub fn cluster_log_version(&self) -> u32 {
+        let members: Vec<u64> = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, _)| *id)
+            .collect();
+        self.log_versions
+            .lowest(self.config.node_id, self.config.log_version, members)
     }
 
     /// The cluster as this node sees it.
@@ -601,22 +632,57 @@ async fn propose_expiry_slice(node: &Node, lease_ids: Vec<LeaseId>, term: u64) {
     // the new leader just kept alive). And only in the term they were decided
     // in: a proposal that waited across a re-election of this same node is
     // refused by the log (chaos finding 7).
-    let request = Request::plain(Command::ExpireLeasesOfTerm {
+    let proposals = expiry_commands(lease_ids, term, node.cluster_log_version())
+        .into_iter()
+        .map(|(command, covered)| async move {
+            let request = Request::plain(command);
+            let outcome = crate::routing::propose_as_leader(node, Lane::Background, request).await;
+            match outcome {
+                // A lease already gone (revoked meanwhile) needs no expiry.
+                Ok(Outcome {
+                    result:
+                        Ok(Reply::LeasesExpired { .. } | Reply::LeaseClosed(_))
+                        | Err(CoreError::ExpiryOutdated { .. } | CoreError::LeaseNotFound),
+                    ..
+                }) => {}
+                _ => {
+                    for lease_id in covered {
+                        node.clock.expiry_failed(term, lease_id);
+                    }
+                }
+            }
+        });
+    futures_util::future::join_all(proposals).await;
+}
+
+/// The commands that expire `lease_ids` (decided in `term`), each with the
+/// leases it covers: one [`Command::ExpireLeasesOfTerm`] when every member's
+/// log version decodes it, else one [`Command::ExpireLeaseOfTerm`] per lease,
+/// which every build does. An older follower cannot parse an entry carrying a
+/// command it does not know and refuses the whole append, so a leader of a
+/// newer build that proposed one mid-upgrade would leave such followers
+/// unable to take any entry, and with a quorum of them nothing would commit.
+fn expiry_commands(
+    lease_ids: Vec<LeaseId>,
+    term: u64,
+    cluster_log_version: u32,
+) -> Vec<(Command, Vec<LeaseId>)> {
+    let batched = Command::ExpireLeasesOfTerm {
         lease_ids: lease_ids.clone(),
         term,
-    });
-    let outcome = crate::routing::propose_as_leader(node, Lane::Background, request).await;
-    match outcome {
-        Ok(Outcome {
-            result: Ok(Reply::LeasesExpired { .. }) | Err(CoreError::ExpiryOutdated { .. }),
-            ..
-        }) => {}
-        _ => {
-            for lease_id in lease_ids {
-                node.clock.expiry_failed(term, lease_id);
-            }
-        }
+    };
+    if cluster_log_version >= batched.log_version() {
+        return vec![(batched, lease_ids)];
     }
+    lease_ids
+        .into_iter()
+        .map(|lease_id| {
+            (
+                Command::ExpireLeaseOfTerm { lease_id, term },
+                vec![lease_id],
+            )
+        })
+        .collect()
 }
 
 /// How long a snapshot chunk may take to be answered. The last chunk is
@@ -658,6 +724,32 @@ fn raft_config(config: &NodeConfig) -> Result<Config, StartError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cluster with a member of log version 0 (an older build, or one that
+    /// has not answered yet) gets expiries it can parse, one per lease; a
+    /// cluster all on this build gets one command for the slice.
+    #[test]
+    fn expiries_are_batched_only_when_every_member_decodes_the_batch() {
+        let leases = vec![LeaseId(1), LeaseId(2), LeaseId(3)];
+        let batched = expiry_commands(leases.clone(), 7, baton_core::LOG_VERSION);
+        assert_eq!(
+            batched,
+            vec![(
+                Command::ExpireLeasesOfTerm {
+                    lease_ids: leases.clone(),
+                    term: 7
+                },
+                leases.clone()
+            )]
+        );
+        let single = expiry_commands(leases.clone(), 7, 0);
+        assert_eq!(single.len(), 3);
+        for ((command, covered), lease_id) in single.into_iter().zip(leases) {
+            assert_eq!(command, Command::ExpireLeaseOfTerm { lease_id, term: 7 });
+            assert_eq!(command.log_version(), 0);
+            assert_eq!(covered, vec![lease_id]);
+        }
+    }
 
     /// A node elected while its install was still being restored reset its
     /// clock from the state before the snapshot: the install's announcement

@@ -17,6 +17,7 @@ use serde::Serialize;
 use subtle::ConstantTimeEq;
 
 use crate::leader_call::LeaderCall;
+use crate::log_versions::LOG_VERSION_HEADER;
 use crate::network::CLUSTER_SECRET_HEADER;
 use crate::node::Node;
 
@@ -45,6 +46,7 @@ pub fn secret_matches(request: &HttpRequest, accepted: &[String]) -> bool {
 pub fn peer_routes(node: Arc<Node>) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg: &mut web::ServiceConfig| {
         let accepted = node.config.accepted_secrets();
+        let log_version = actix_web::http::header::HeaderValue::from(node.config.log_version);
         cfg.app_data(web::Data::from(node))
             .app_data(web::PayloadConfig::new(MAX_PEER_BODY))
             .service(
@@ -52,9 +54,18 @@ pub fn peer_routes(node: Arc<Node>) -> impl FnOnce(&mut web::ServiceConfig) {
                     .wrap_fn(move |request, service| {
                         let allowed = secret_matches(request.request(), &accepted);
                         let call = allowed.then(|| service.call(request));
+                        let log_version = log_version.clone();
                         async move {
                             match call {
-                                Some(call) => call.await,
+                                Some(call) => call.await.map(|mut response| {
+                                    response.headers_mut().insert(
+                                        actix_web::http::header::HeaderName::from_static(
+                                            LOG_VERSION_HEADER,
+                                        ),
+                                        log_version,
+                                    );
+                                    response
+                                }),
                                 None => Err(actix_web::error::ErrorUnauthorized(
                                     "missing or wrong cluster secret",
                                 )),

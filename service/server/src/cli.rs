@@ -177,6 +177,14 @@ pub struct ServeArgs {
     /// (twice this) plus a random 1-2 times this: 1.5-2 s with the default.
     #[arg(long, env = "BATON_ELECTION_TIMEOUT_MS", default_value_t = 500)]
     pub election_timeout_ms: u64,
+    /// The log version this node tells its peers it runs (default: this
+    /// build's). A leader proposes only commands every member's version
+    /// decodes, so setting the version of the build you may roll back to, on
+    /// one node, keeps the whole cluster's log readable by that build during a
+    /// rolling upgrade; remove it once every node runs the new one. See
+    /// ARCHITECTURE.md, "Compatibility of the log and snapshots".
+    #[arg(long, env = "BATON_LOG_VERSION", default_value_t = baton_core::LOG_VERSION)]
+    pub log_version: u32,
     /// How long a write may wait for its commit before answering 503 (outcome
     /// unknown: retry with the same Idempotency-Key).
     #[arg(long, env = "BATON_PROPOSE_TIMEOUT_MS", default_value_t = 10_000)]
@@ -347,6 +355,13 @@ impl ServeArgs {
         if self.runtime_threads == Some(0) {
             return Err("--runtime-threads must be at least 1".into());
         }
+        if self.log_version > baton_core::LOG_VERSION {
+            return Err(format!(
+                "--log-version {} is newer than this build's ({})",
+                self.log_version,
+                baton_core::LOG_VERSION
+            ));
+        }
         if self.heartbeat_ms == 0 || self.election_timeout_ms < self.heartbeat_ms * 3 {
             return Err(
                 "--election-timeout-ms must be at least three --heartbeat-ms intervals".into(),
@@ -455,6 +470,7 @@ impl ServeArgs {
         config.snapshot_log_ratio = self.snapshot_log_ratio;
         config.lease_tick = Duration::from_millis(50);
         config.heartbeat = Duration::from_millis(self.heartbeat_ms);
+        config.log_version = self.log_version;
         config.election_timeout = Duration::from_millis(self.election_timeout_ms);
         config.propose_timeout = Duration::from_millis(self.propose_timeout_ms.max(100));
         config.cluster_secret = self.cluster_secret.clone().filter(|s| !s.is_empty());

@@ -1482,3 +1482,108 @@ async fn a_follower_behind_the_lease_still_refuses_another_principals_keepalive(
         );
     }
 }
+
+/// What node `id`'s peer listener says its log version is (`baton-log-version`
+/// on `GET /raft/status`).
+async fn advertised_log_version(cluster: &Cluster, id: u64) -> Option<String> {
+    let url = format!(
+        "http://127.0.0.1:{}/raft/status",
+        cluster.node(id).raft_port
+    );
+    let response = cluster
+        .client
+        .get(url)
+        .header("baton-cluster-secret", harness::SECRET)
+        .send()
+        .await
+        .ok()?;
+    let header = response.headers().get("baton-log-version")?;
+    Some(header.to_str().ok()?.to_owned())
+}
+
+/// The leader's `baton_cluster_log_version`, once the cluster agrees on a
+/// leader that shows it and it equals `wanted`.
+async fn leader_sees_log_version(cluster: &Cluster, wanted: f64) -> bool {
+    eventually(Duration::from_secs(20), || async {
+        let leader = cluster.view(1).await?["leader_id"].as_u64()?;
+        let text = cluster
+            .client
+            .get(format!("{}/metrics", cluster.node(leader).api))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        let seen: f64 = text
+            .lines()
+            .find_map(|line| line.strip_prefix("baton_cluster_log_version "))?
+            .trim()
+            .parse()
+            .ok()?;
+        (seen == wanted).then_some(())
+    })
+    .await
+    .is_some()
+}
+
+/// Expires three one-second leases created through the leader and waits until
+/// every node has applied their expiry.
+async fn three_leases_expire_everywhere(cluster: &Cluster) {
+    let leader = cluster.wait_leader(None).await;
+    let mut leases = Vec::new();
+    for _ in 0..3 {
+        leases.push(cluster.lease(leader, 1_000).await);
+    }
+    for id in 1..=3 {
+        for lease in &leases {
+            let gone = eventually(Duration::from_secs(15), || async {
+                let (status, _) = cluster.get(id, &format!("/v1/leases/{lease}")).await;
+                (status == 404).then_some(())
+            })
+            .await;
+            assert!(gone.is_some(), "node {id} still has lease {lease}");
+        }
+    }
+}
+
+/// A rolling upgrade half done: one member says it runs log version 0 (what a
+/// build before `ExpireLeasesOfTerm` answers, without the header). The leader
+/// sees it at its next heartbeat and expires leases one per command, which
+/// every build can parse; once the member says it runs this build's version,
+/// expiries are batched again. (The choice of command itself is
+/// `node::tests::expiries_are_batched_only_when_every_member_decodes_the_batch`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_of_an_older_log_version_holds_the_leader_to_commands_it_decodes() {
+    let mut cluster = Cluster::start(3, &[]).await;
+    let current = baton_core::LOG_VERSION.to_string();
+    assert_eq!(advertised_log_version(&cluster, 3).await, Some(current));
+    assert!(
+        leader_sees_log_version(&cluster, f64::from(baton_core::LOG_VERSION)).await,
+        "a cluster of this build runs its version"
+    );
+
+    cluster.kill9(3);
+    cluster.nodes[2]
+        .membership_args
+        .extend(["--log-version".to_owned(), "0".to_owned()]);
+    cluster.spawn(3);
+    cluster.wait_ready(3).await;
+    assert_eq!(advertised_log_version(&cluster, 3).await, Some("0".into()));
+    assert!(
+        leader_sees_log_version(&cluster, 0.0).await,
+        "the leader heard node 3 say 0"
+    );
+    three_leases_expire_everywhere(&cluster).await;
+
+    cluster.kill9(3);
+    let args = &mut cluster.nodes[2].membership_args;
+    args.truncate(args.len() - 2);
+    cluster.spawn(3);
+    cluster.wait_ready(3).await;
+    assert!(
+        leader_sees_log_version(&cluster, f64::from(baton_core::LOG_VERSION)).await,
+        "node 3 upgraded: the cluster runs this build's version again"
+    );
+    three_leases_expire_everywhere(&cluster).await;
+}
