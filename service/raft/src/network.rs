@@ -129,13 +129,7 @@ impl PeerClient {
         if let Some(secret) = &self.secret {
             builder = builder.header(CLUSTER_SECRET_HEADER, secret);
         }
-        let response = builder.send().await.map_err(|error| {
-            if error.is_connect() || error.is_timeout() {
-                RPCError::Unreachable(Unreachable::new(&error))
-            } else {
-                RPCError::Network(NetworkError::new(&error))
-            }
-        })?;
+        let response = builder.send().await.map_err(rpc_error)?;
         // Every answer says which log version the peer runs, a refusal too:
         // an older build refuses an append it cannot parse, without the header.
         self.versions.heard(
@@ -159,6 +153,23 @@ impl PeerClient {
         result.map_err(|error| {
             RPCError::RemoteError(openraft::error::RemoteError::new(self.target, error))
         })
+    }
+}
+
+/// What a failed send tells openraft. Only a peer that cannot be connected to
+/// is `Unreachable`: openraft then leaves it alone for 500 ms (its default
+/// backoff). A peer that was reached but answered later than the RPC's time
+/// limit is a network error, retried at the next send: openraft 0.9 gives an
+/// append as long as one heartbeat interval (60 ms by default), and a follower
+/// busy with a snapshot or a slow fsync can take longer than that. Reported as
+/// unreachable, one slow answer cost a follower half a second of silence
+/// (`make bench-snapshot-cluster`: gaps of 487-578 ms, each right after such a
+/// time-out). A connect time-out is a connect error, so still unreachable.
+fn rpc_error<E: std::error::Error>(error: reqwest::Error) -> RPCError<u64, BatonNode, E> {
+    if error.is_connect() {
+        RPCError::Unreachable(Unreachable::new(&error))
+    } else {
+        RPCError::Network(NetworkError::new(&error))
     }
 }
 
@@ -214,5 +225,66 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<VoteResponse<u64>, RPCError<u64, BatonNode, RaftError<u64>>> {
         self.call("vote", &rpc, &option).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::Vote;
+
+    async fn append_to(raft_addr: String) -> RPCError<u64, BatonNode, RaftError<u64>> {
+        let client = peer_http_client(Duration::from_millis(200), None).expect("client");
+        let mut network = HttpNetwork::new(
+            client,
+            None,
+            BTreeMap::new(),
+            Duration::from_millis(125),
+            PeerLogVersions::default(),
+        );
+        let node = BatonNode {
+            api_addr: String::new(),
+            raft_addr,
+        };
+        let mut peer = network.new_client(2, &node).await;
+        let request = AppendEntriesRequest {
+            vote: Vote::new_committed(1, 1),
+            prev_log_id: None,
+            leader_commit: None,
+            entries: Vec::new(),
+        };
+        peer.append_entries(request, RPCOption::new(Duration::from_millis(50)))
+            .await
+            .expect_err("no answer")
+    }
+
+    /// A peer that takes the append but answers after its time limit is slow,
+    /// not unreachable: openraft would back off from it for 500 ms.
+    #[tokio::test]
+    async fn a_peer_that_answers_late_is_not_unreachable() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            loop {
+                let (socket, _) = listener.accept().await.expect("accept");
+                held.push(socket);
+            }
+        });
+        let error = append_to(format!("http://{addr}")).await;
+        assert!(matches!(error, RPCError::Network(_)), "{error:?}");
+        silent.abort();
+    }
+
+    /// A peer nobody listens for is unreachable (openraft backs off).
+    #[tokio::test]
+    async fn a_peer_that_refuses_the_connection_is_unreachable() {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port");
+        let error = append_to(format!("http://{addr}")).await;
+        assert!(matches!(error, RPCError::Unreachable(_)), "{error:?}");
     }
 }
