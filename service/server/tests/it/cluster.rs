@@ -1506,21 +1506,8 @@ async fn advertised_log_version(cluster: &Cluster, id: u64) -> Option<String> {
 async fn leader_sees_log_version(cluster: &Cluster, wanted: f64) -> bool {
     eventually(Duration::from_secs(20), || async {
         let leader = cluster.view(1).await?["leader_id"].as_u64()?;
-        let text = cluster
-            .client
-            .get(format!("{}/metrics", cluster.node(leader).api))
-            .send()
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()?;
-        let seen: f64 = text
-            .lines()
-            .find_map(|line| line.strip_prefix("baton_cluster_log_version "))?
-            .trim()
-            .parse()
-            .ok()?;
+        let base = &cluster.node(leader).api;
+        let seen = harness::try_metric(&cluster.client, base, "baton_cluster_log_version").await?;
         (seen == wanted).then_some(())
     })
     .await

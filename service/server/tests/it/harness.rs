@@ -564,18 +564,25 @@ impl Cluster {
 
 /// An unlabelled sample from the `/metrics` of the node at `base`.
 pub async fn metric(client: &reqwest::Client, base: &str, name: &str) -> f64 {
+    try_metric(client, base, name)
+        .await
+        .unwrap_or_else(|| panic!("no metric {name}"))
+}
+
+/// [`metric`], or `None` when the node does not answer or does not show it
+/// (a gauge only the leader writes).
+pub async fn try_metric(client: &reqwest::Client, base: &str, name: &str) -> Option<f64> {
     let text = client
         .get(format!("{base}/metrics"))
         .send()
         .await
-        .unwrap()
+        .ok()?
         .text()
         .await
-        .unwrap();
+        .ok()?;
     text.lines()
         .find_map(|line| line.strip_prefix(&format!("{name} ")))
         .and_then(|value| value.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no metric {name}"))
 }
 
 /// Writes a test CA, a node certificate for 127.0.0.1 and a client certificate
