@@ -78,7 +78,7 @@ pub use error::RaftLayerError;
 pub use leader_call::{LeaderAnswer, LeaderCall, LeaderResult, PeerStatus};
 pub use leader_link::{LeaderLink, LinkError};
 pub use lease_clock::LeaseClock;
-pub use log_versions::{PeerLogVersions, LOG_VERSION_HEADER};
+pub use log_versions::{check_log_version, PeerLogVersions, LOG_VERSION_HEADER};
 pub use metrics::NodeMetrics;
 pub use network::{peer_http_client, HttpNetwork, CLUSTER_SECRET_HEADER};
 pub use node::{ClusterStatus, Member, Node, StartError};

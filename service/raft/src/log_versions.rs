@@ -17,15 +17,31 @@ pub const LOG_VERSION_HEADER: &str = "baton-log-version";
 #[derive(Clone, Debug, Default)]
 pub struct PeerLogVersions(Arc<Mutex<BTreeMap<u64, u32>>>);
 
+/// The log version an answer whose [`LOG_VERSION_HEADER`] was `header` says.
+/// An answer without it comes from a build before the header (version 0); so
+/// does one whose value does not parse, as the safe reading.
+pub fn version_in(header: Option<&[u8]>) -> u32 {
+    header
+        .and_then(|value| std::str::from_utf8(value).ok())
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Refuses a log version newer than this build's: a node cannot promise to
+/// read commands it does not know.
+pub fn check_log_version(version: u32) -> Result<(), String> {
+    if version > baton_core::LOG_VERSION {
+        return Err(format!(
+            "log version {version} is newer than this build's ({})",
+            baton_core::LOG_VERSION
+        ));
+    }
+    Ok(())
+}
+
 impl PeerLogVersions {
-    /// Records an answer of `peer` whose [`LOG_VERSION_HEADER`] was `header`.
-    /// An answer without it comes from a build before the header (version 0);
-    /// so does one whose value does not parse, as the safe reading.
-    pub fn heard(&self, peer: u64, header: Option<&[u8]>) {
-        let version = header
-            .and_then(|value| std::str::from_utf8(value).ok())
-            .and_then(|value| value.trim().parse().ok())
-            .unwrap_or(0);
+    /// Records that `peer` said it runs `version` ([`version_in`]).
+    pub fn heard(&self, peer: u64, version: u32) {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -46,10 +62,11 @@ impl PeerLogVersions {
     /// not answered (it may be an older build: assuming otherwise could leave
     /// it unable to take a single append).
     pub fn lowest(&self, own_id: u64, own: u32, members: impl IntoIterator<Item = u64>) -> u32 {
+        let said = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         members
             .into_iter()
             .filter(|member| *member != own_id)
-            .map(|member| self.of(member).unwrap_or(0))
+            .map(|member| said.get(&member).copied().unwrap_or(0))
             .fold(own, u32::min)
     }
 }
@@ -71,18 +88,18 @@ mod tests {
             0,
             "2 and 3 have not answered"
         );
-        versions.heard(2, Some(b"1"));
-        versions.heard(3, Some(b"1"));
+        versions.heard(2, version_in(Some(b"1")));
+        versions.heard(3, version_in(Some(b"1")));
         assert_eq!(versions.lowest(1, 1, [1, 2, 3]), 1);
-        versions.heard(3, None);
+        versions.heard(3, version_in(None));
         assert_eq!(
             versions.lowest(1, 1, [1, 2, 3]),
             0,
             "3 restarted on an older build"
         );
-        versions.heard(3, Some(b"garbage"));
+        versions.heard(3, version_in(Some(b"garbage")));
         assert_eq!(versions.of(3), Some(0));
-        versions.heard(3, Some(b"7"));
+        versions.heard(3, version_in(Some(b"7")));
         assert_eq!(
             versions.lowest(1, 1, [1, 2, 3]),
             1,

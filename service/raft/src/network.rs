@@ -15,7 +15,7 @@ use openraft::raft::{
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::log_versions::{PeerLogVersions, LOG_VERSION_HEADER};
+use crate::log_versions::{version_in, PeerLogVersions, LOG_VERSION_HEADER};
 use crate::tls::Tls;
 
 /// Header carrying the cluster secret on peer requests.
@@ -87,6 +87,9 @@ pub struct PeerClient {
     base: String,
     late_after: Duration,
     versions: PeerLogVersions,
+    /// The log version this peer said last: the shared table is written only
+    /// when it changes, not on every append.
+    said: Option<u32>,
     /// When the previous append to this peer was answered: openraft sends a
     /// peer one append at a time, so the time from here to the next send is
     /// the leader's own delay.
@@ -104,6 +107,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
             base: crate::config::dial_url(&self.dial_overrides, target, &node.raft_addr),
             late_after: self.late_after,
             versions: self.versions.clone(),
+            said: None,
             last_answered: None,
         }
     }
@@ -111,7 +115,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
 
 impl PeerClient {
     async fn call<Req, Resp, E>(
-        &self,
+        &mut self,
         path: &str,
         request: &Req,
         option: &RPCOption,
@@ -132,13 +136,16 @@ impl PeerClient {
         let response = builder.send().await.map_err(rpc_error)?;
         // Every answer says which log version the peer runs, a refusal too:
         // an older build refuses an append it cannot parse, without the header.
-        self.versions.heard(
-            self.target,
+        let version = version_in(
             response
                 .headers()
                 .get(LOG_VERSION_HEADER)
                 .map(|value| value.as_bytes()),
         );
+        if self.said != Some(version) {
+            self.versions.heard(self.target, version);
+            self.said = Some(version);
+        }
         if !response.status().is_success() {
             let status = response.status();
             let text = response.text().await.unwrap_or_default();

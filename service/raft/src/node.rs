@@ -133,6 +133,7 @@ impl Node {
     /// lowest id initializes once a majority answers; with `join`, the node asks
     /// to be added. Returns once the node runs; leadership follows shortly.
     pub async fn start(config: NodeConfig) -> Result<Arc<Node>, StartError> {
+        crate::log_versions::check_log_version(config.log_version).map_err(StartError::Config)?;
         std::fs::create_dir_all(&config.data_dir)?;
         let (log_store, state_machine) =
             baton_store::open_with(&config.data_dir, config.durability)?;
@@ -151,13 +152,6 @@ impl Node {
             watch: watch.clone(),
             metrics: metrics.clone(),
         }));
-        if config.log_version > baton_core::LOG_VERSION {
-            return Err(StartError::Config(format!(
-                "log version {} is newer than this build's ({})",
-                config.log_version,
-                baton_core::LOG_VERSION
-            )));
-        }
         let raft_config = raft_config(&config)?;
         let log_versions = PeerLogVersions::default();
         let client = peer_http_client(

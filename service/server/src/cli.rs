@@ -355,13 +355,8 @@ impl ServeArgs {
         if self.runtime_threads == Some(0) {
             return Err("--runtime-threads must be at least 1".into());
         }
-        if self.log_version > baton_core::LOG_VERSION {
-            return Err(format!(
-                "--log-version {} is newer than this build's ({})",
-                self.log_version,
-                baton_core::LOG_VERSION
-            ));
-        }
+        baton_raft::check_log_version(self.log_version)
+            .map_err(|reason| format!("--log-version: {reason}"))?;
         if self.heartbeat_ms == 0 || self.election_timeout_ms < self.heartbeat_ms * 3 {
             return Err(
                 "--election-timeout-ms must be at least three --heartbeat-ms intervals".into(),
