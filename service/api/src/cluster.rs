@@ -86,7 +86,11 @@ pub async fn healthz() -> HttpResponse {
     })
 }
 
-/// The node knows a leader and has applied everything committed.
+/// The node knows a leader and keeps up with the commit index.
+///
+/// 200 when everything committed at the time of asking is applied within
+/// 1 s; 503 with no leader, a stopped raft, or a replica still restoring a
+/// snapshot or replaying a backlog.
 #[utoipa::path(get, operation_id = "readyz", path = "/readyz", tag = "health",
     responses((status = 200, body = Health), (status = 503, body = Health)))]
 pub async fn readyz(state: web::Data<ApiState>) -> HttpResponse {
