@@ -90,10 +90,10 @@ pub struct PeerClient {
     /// The log version this peer said last: the shared table is written only
     /// when it changes, not on every append.
     said: Option<u32>,
-    /// When the previous append to this peer was answered: openraft sends a
-    /// peer one append at a time, so the time from here to the next send is
-    /// the leader's own delay.
-    last_answered: Option<Instant>,
+    /// When the previous append to this peer ended (see [`idle_from`]):
+    /// openraft sends a peer one append at a time, so the time from here to
+    /// the next send is the leader's own delay.
+    idle_since: Option<Instant>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
@@ -108,7 +108,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
             late_after: self.late_after,
             versions: self.versions.clone(),
             said: None,
-            last_answered: None,
+            idle_since: None,
         }
     }
 }
@@ -180,6 +180,20 @@ fn rpc_error<E: std::error::Error>(error: reqwest::Error) -> RPCError<u64, Baton
     }
 }
 
+/// From when the leader's next append to a peer counts as its own delay: the
+/// end of this one, answered or not (openraft sends the next at once after a
+/// refusal or a time-out), except when the peer was unreachable, after which
+/// openraft waits on purpose (its 500 ms back-off is not a late leader).
+fn idle_from<T, E>(answer: &Result<T, RPCError<u64, BatonNode, E>>) -> Option<Instant>
+where
+    E: std::error::Error,
+{
+    match answer {
+        Err(RPCError::Unreachable(_)) => None,
+        _ => Some(Instant::now()),
+    }
+}
+
 impl RaftNetwork<TypeConfig> for PeerClient {
     async fn append_entries(
         &mut self,
@@ -187,7 +201,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BatonNode, RaftError<u64>>> {
         let sent = Instant::now();
-        if let Some(idle) = self.last_answered.map(|at| sent - at) {
+        if let Some(idle) = self.idle_since.map(|at| sent - at) {
             if idle > self.late_after {
                 tracing::warn!(
                     peer = self.target,
@@ -209,7 +223,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
                 "an append to this peer took longer than heartbeats allow: the network, the peer or this node's runtime was slow"
             );
         }
-        self.last_answered = answer.is_ok().then(Instant::now);
+        self.idle_since = idle_from(&answer);
         answer
     }
 
@@ -222,7 +236,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         RPCError<u64, BatonNode, RaftError<u64, InstallSnapshotError>>,
     > {
         // Appends resume after the snapshot: the wait is the install's, not a gap.
-        self.last_answered = None;
+        self.idle_since = None;
         self.call("snapshot", &rpc, &option).await
     }
 
@@ -240,7 +254,10 @@ mod tests {
     use super::*;
     use openraft::Vote;
 
-    async fn append_to(raft_addr: String) -> RPCError<u64, BatonNode, RaftError<u64>> {
+    /// The error of an append to `raft_addr`, and the client that sent it.
+    async fn append_to(
+        raft_addr: String,
+    ) -> (RPCError<u64, BatonNode, RaftError<u64>>, PeerClient) {
         let client = peer_http_client(Duration::from_millis(200), None).expect("client");
         let mut network = HttpNetwork::new(
             client,
@@ -260,9 +277,11 @@ mod tests {
             leader_commit: None,
             entries: Vec::new(),
         };
-        peer.append_entries(request, RPCOption::new(Duration::from_millis(50)))
+        let error = peer
+            .append_entries(request, RPCOption::new(Duration::from_millis(50)))
             .await
-            .expect_err("no answer")
+            .expect_err("no answer");
+        (error, peer)
     }
 
     /// A peer that takes the append but answers after its time limit is slow,
@@ -280,8 +299,11 @@ mod tests {
                 held.push(socket);
             }
         });
-        let error = append_to(format!("http://{addr}")).await;
+        let (error, peer) = append_to(format!("http://{addr}")).await;
         assert!(matches!(error, RPCError::Network(_)), "{error:?}");
+        // openraft sends the next append at once: a delay before it is the
+        // leader's, and the leader's idle warning must see it.
+        assert!(peer.idle_since.is_some());
         silent.abort();
     }
 
@@ -291,7 +313,9 @@ mod tests {
         let addr = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
             .expect("a free port");
-        let error = append_to(format!("http://{addr}")).await;
+        let (error, peer) = append_to(format!("http://{addr}")).await;
         assert!(matches!(error, RPCError::Unreachable(_)), "{error:?}");
+        // openraft's back-off follows: not a delay to warn about.
+        assert!(peer.idle_since.is_none());
     }
 }
