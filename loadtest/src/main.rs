@@ -27,6 +27,7 @@ mod cluster;
 mod driver;
 mod error;
 mod etcd;
+mod exposition;
 mod fill;
 mod holders;
 mod machine;

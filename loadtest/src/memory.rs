@@ -16,6 +16,7 @@ use clap::Args;
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use serde::Serialize;
 
+use crate::exposition::{count, scrape};
 use crate::output::OutputArgs;
 use crate::process::{free_port, Server};
 use crate::target::{Lease, Target, TargetKind};
@@ -257,27 +258,10 @@ async fn locks_held(target: &Target, base: &str) -> anyhow::Result<u64> {
         Target::Baton(c) => c.http().clone(),
         Target::Etcd(_) => bail!("locks_held is a Baton metric"),
     };
-    let text = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await?
-        .text()
-        .await?;
-    gauge(&text, "baton_locks_held").context("no baton_locks_held in /metrics")
-}
-
-/// The value of an unlabelled Prometheus gauge in an exposition.
-pub fn gauge(exposition: &str, name: &str) -> Option<u64> {
-    exposition
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| {
-            let (key, value) = l.split_once(' ')?;
-            (key == name)
-                .then(|| value.trim().parse::<f64>().ok())
-                .flatten()
-        })
-        .map(|v| v as u64)
+    let text = scrape(&http, base)
+        .await
+        .context("no answer from /metrics")?;
+    count(&text, "baton_locks_held").context("no baton_locks_held in /metrics")
 }
 
 /// Total size of the files under `path`, bytes.
@@ -394,14 +378,6 @@ pub fn marked_sections(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn gauge_reads_the_unlabelled_value() {
-        let text = "# HELP baton_locks_held Locks.\n# TYPE baton_locks_held gauge\n\
-                    baton_locks_held 1000000\nbaton_locks_held_x 3\n";
-        assert_eq!(gauge(text, "baton_locks_held"), Some(1_000_000));
-        assert_eq!(gauge(text, "baton_leases"), None);
-    }
 
     #[test]
     fn sections_are_replaced_or_appended() {

@@ -16,6 +16,7 @@ use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 
+use crate::exposition::{metric_sum, scrape};
 use crate::fill::{fill, Fill};
 use crate::output::OutputArgs;
 use crate::process::{free_port, Server};
@@ -214,39 +215,6 @@ const SNAPSHOT_BUILD_COUNT: &str = "baton_snapshot_build_seconds_count";
 /// The size of the last snapshot.
 const SNAPSHOT_BYTES: &str = "baton_snapshot_bytes";
 
-/// A node's `/metrics` text (`None` when it does not answer). With a million
-/// locks a scrape walks the whole state: measurements take one at each end of
-/// a run, not during it.
-pub async fn scrape(http: &reqwest::Client, base: &str) -> Option<String> {
-    http.get(format!("{base}/metrics"))
-        .timeout(Duration::from_secs(30))
-        .send()
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()
-}
-
-/// The sum of every series of metric `name` in a Prometheus exposition
-/// (`None` when it has none).
-pub fn metric_sum(exposition: &str, name: &str) -> Option<f64> {
-    let values: Vec<f64> = exposition
-        .lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| {
-            let rest = line.strip_prefix(name)?;
-            let rest = match rest.strip_prefix('{') {
-                Some(labelled) => &labelled[labelled.find('}')? + 1..],
-                None => rest,
-            };
-            let value = rest.strip_prefix(' ')?.split_whitespace().next()?;
-            value.parse::<f64>().ok()
-        })
-        .collect();
-    (!values.is_empty()).then(|| values.iter().sum::<f64>())
-}
-
 /// The marker name of this section in BENCHMARKS.md.
 pub const SECTION: &str = "scale";
 
@@ -383,20 +351,4 @@ fn plot(report: &ScaleReport) -> String {
         xlabel = height - 12.0,
         version = report.baton_version,
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn metric_sum_adds_labelled_and_unlabelled_series() {
-        let text = "# TYPE baton_snapshots_built_total counter\n\
-                    baton_snapshots_built_total 3\n\
-                    baton_snapshots_built_totals 7\n";
-        assert_eq!(metric_sum(text, "baton_snapshots_built_total"), Some(3.0));
-        let labelled = "x_total{reason=\"a\"} 2\nx_total{reason=\"b\"} 5\n";
-        assert_eq!(metric_sum(labelled, "x_total"), Some(7.0));
-        assert_eq!(metric_sum(labelled, "y_total"), None);
-    }
 }

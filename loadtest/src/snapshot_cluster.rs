@@ -23,11 +23,11 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::cluster::{baton_leader, baton_nodes};
+use crate::exposition::{metric_sum, scrape};
 use crate::fill::{fill, Fill};
 use crate::output::OutputArgs;
 use crate::process::Server;
 use crate::report::Report;
-use crate::scale::{metric_sum, scrape};
 use crate::scenario::{self, RunArgs, Scenario};
 use crate::target::{Target, TargetKind};
 

@@ -19,8 +19,8 @@ use clap::Args;
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use serde::Serialize;
 
+use crate::exposition::{count, scrape};
 use crate::fill::{fill, Fill};
-use crate::memory::gauge;
 use crate::output::OutputArgs;
 use crate::process::{free_port, Server};
 use crate::report::Report;
@@ -312,19 +312,9 @@ async fn gone_after(
     };
     let end = Instant::now() + Duration::from_secs_f64(within_s);
     while Instant::now() < end {
-        let leases = async {
-            let text = client
-                .http()
-                .get(format!("{base}/metrics"))
-                .send()
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
-            gauge(&text, "baton_leases")
-        }
-        .await;
+        let leases = scrape(client.http(), base)
+            .await
+            .and_then(|text| count(&text, "baton_leases"));
         let now = Instant::now();
         if now >= due_at && leases.is_some_and(|n| n <= remaining as u64) {
             return Some(now.duration_since(due_at).as_secs_f64());
