@@ -90,7 +90,7 @@ pub async fn healthz() -> HttpResponse {
 ///
 /// 200 when everything committed at the time of asking is applied within
 /// 1 s; 503 with no leader, a stopped raft, or a replica still restoring a
-/// snapshot or replaying a backlog.
+/// snapshot or with more than a second of committed entries left to apply.
 #[utoipa::path(get, operation_id = "readyz", path = "/readyz", tag = "health",
     responses((status = 200, body = Health), (status = 503, body = Health)))]
 pub async fn readyz(state: web::Data<ApiState>) -> HttpResponse {

@@ -90,9 +90,9 @@ pub struct PeerClient {
     /// The log version this peer said last: the shared table is written only
     /// when it changes, not on every append.
     said: Option<u32>,
-    /// When the previous append to this peer ended (see [`idle_from`]):
-    /// openraft sends a peer one append at a time, so the time from here to
-    /// the next send is the leader's own delay.
+    /// When the previous append to this peer ended or was given up (see
+    /// [`idle_from`]): openraft sends a peer one append at a time, so the time
+    /// from here to the next send is the leader's own delay.
     idle_since: Option<Instant>,
 }
 
@@ -181,8 +181,9 @@ fn rpc_error<E: std::error::Error>(error: reqwest::Error) -> RPCError<u64, Baton
 }
 
 /// From when the leader's next append to a peer counts as its own delay: the
-/// end of this one, answered or not (openraft sends the next at once after a
-/// refusal or a time-out), except when the peer was unreachable, after which
+/// end of this one, answered or not (after a refusal or a time-out openraft
+/// sends the next at once, or a heartbeat at its next tick, 1.5 heartbeat
+/// intervals at most: under the warning threshold), except when the peer was unreachable, after which
 /// openraft waits on purpose (its 500 ms back-off is not a late leader).
 fn idle_from<T, E>(answer: &Result<T, RPCError<u64, BatonNode, E>>) -> Option<Instant>
 where
@@ -201,7 +202,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BatonNode, RaftError<u64>>> {
         let sent = Instant::now();
-        if let Some(idle) = self.idle_since.map(|at| sent - at) {
+        if let Some(idle) = self.idle_since.map(|at| sent.saturating_duration_since(at)) {
             if idle > self.late_after {
                 tracing::warn!(
                     peer = self.target,
@@ -210,19 +211,14 @@ impl RaftNetwork<TypeConfig> for PeerClient {
                 );
             }
         }
-        let entries = rpc.entries.len();
+        // openraft wraps this call in a time-out of the same length and drops
+        // it when that fires, perhaps before reqwest's own and the line below:
+        // the leader's delay then counts from when the append was given up.
+        // (No warning for an append that took long: openraft gives it one
+        // heartbeat interval, under the warning threshold, and logs its
+        // time-out itself, "error replication to target".)
+        self.idle_since = Some(sent + option.hard_ttl());
         let answer = self.call("append", &rpc, &option).await;
-        let took = sent.elapsed();
-        // A peer that is down or refusing is reported by openraft itself; its
-        // time-outs and back-offs are not delays of a working link.
-        if answer.is_ok() && took > self.late_after {
-            tracing::warn!(
-                peer = self.target,
-                took_ms = took.as_millis() as u64,
-                entries,
-                "an append to this peer took longer than heartbeats allow: the network, the peer or this node's runtime was slow"
-            );
-        }
         self.idle_since = idle_from(&answer);
         answer
     }
@@ -254,10 +250,9 @@ mod tests {
     use super::*;
     use openraft::Vote;
 
-    /// The error of an append to `raft_addr`, and the client that sent it.
-    async fn append_to(
-        raft_addr: String,
-    ) -> (RPCError<u64, BatonNode, RaftError<u64>>, PeerClient) {
+    /// A client for the peer at `raft_addr` (append time limit 50 ms, as
+    /// openraft gives it), and an empty append to send it.
+    async fn peer_at(raft_addr: String) -> (PeerClient, AppendEntriesRequest<TypeConfig>) {
         let client = peer_http_client(Duration::from_millis(200), None).expect("client");
         let mut network = HttpNetwork::new(
             client,
@@ -270,24 +265,33 @@ mod tests {
             api_addr: String::new(),
             raft_addr,
         };
-        let mut peer = network.new_client(2, &node).await;
+        let peer = network.new_client(2, &node).await;
         let request = AppendEntriesRequest {
             vote: Vote::new_committed(1, 1),
             prev_log_id: None,
             leader_commit: None,
             entries: Vec::new(),
         };
+        (peer, request)
+    }
+
+    const APPEND_LIMIT: Duration = Duration::from_millis(50);
+
+    /// The error of an append to `raft_addr`, and the client that sent it.
+    async fn append_to(
+        raft_addr: String,
+    ) -> (RPCError<u64, BatonNode, RaftError<u64>>, PeerClient) {
+        let (mut peer, request) = peer_at(raft_addr).await;
         let error = peer
-            .append_entries(request, RPCOption::new(Duration::from_millis(50)))
+            .append_entries(request, RPCOption::new(APPEND_LIMIT))
             .await
             .expect_err("no answer");
         (error, peer)
     }
 
-    /// A peer that takes the append but answers after its time limit is slow,
-    /// not unreachable: openraft would back off from it for 500 ms.
-    #[tokio::test]
-    async fn a_peer_that_answers_late_is_not_unreachable() {
+    /// A peer that accepts connections and never answers; abort the task to
+    /// close them.
+    async fn silent_peer() -> (String, tokio::task::JoinHandle<()>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -299,11 +303,39 @@ mod tests {
                 held.push(socket);
             }
         });
-        let (error, peer) = append_to(format!("http://{addr}")).await;
+        (format!("http://{addr}"), silent)
+    }
+
+    /// A peer that takes the append but answers after its time limit is slow,
+    /// not unreachable: openraft would back off from it for 500 ms.
+    #[tokio::test]
+    async fn a_peer_that_answers_late_is_not_unreachable() {
+        let (addr, silent) = silent_peer().await;
+        let (error, peer) = append_to(addr).await;
         assert!(matches!(error, RPCError::Network(_)), "{error:?}");
         // openraft sends the next append at once: a delay before it is the
         // leader's, and the leader's idle warning must see it.
         assert!(peer.idle_since.is_some());
+        silent.abort();
+    }
+
+    /// openraft drops an append when its own time-out (of the same length as
+    /// reqwest's) fires first: the idle clock starts all the same, from the
+    /// time limit, not from the append before (which made a slow peer look
+    /// like a late leader).
+    #[tokio::test]
+    async fn an_append_openraft_gives_up_on_starts_the_idle_clock() {
+        let (addr, silent) = silent_peer().await;
+        let (mut peer, request) = peer_at(addr).await;
+        let sent = Instant::now();
+        let dropped = tokio::time::timeout(
+            APPEND_LIMIT / 2,
+            peer.append_entries(request, RPCOption::new(APPEND_LIMIT)),
+        )
+        .await;
+        assert!(dropped.is_err(), "the silent peer answered: {dropped:?}");
+        let idle_since = peer.idle_since.expect("the idle clock runs");
+        assert!(idle_since >= sent + APPEND_LIMIT);
         silent.abort();
     }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::harness::{self, call, eventually, free_port, Cluster};
+use crate::harness::{self, call, eventually, free_port, AuthFile, Cluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_form_and_every_node_serves_every_request() {
@@ -518,6 +518,74 @@ async fn a_node_cut_off_from_the_others_grants_nothing_and_reads_nothing() {
     for id in &others {
         cluster.resume(*id);
     }
+}
+
+/// The heartbeat diagnostics end to end (the lines the snapshot-cluster
+/// benchmark reads to tell whose delay a gap was): a follower stopped for
+/// longer than heartbeats allow says, once it runs again, that it heard nothing
+/// from its leader for that long; a stopped leader says it sent its peers
+/// nothing. With a 1.5 s election timeout a follower warns after 375 ms; a
+/// 600 ms stop is well over that and well short of an election.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_node_logs_the_heartbeat_gap_it_caused() {
+    const STOPPED: Duration = Duration::from_millis(600);
+    let stopped_ms = STOPPED.as_millis() as u64;
+    let mut cluster = Cluster::start(
+        3,
+        &["--log-format", "json", "--election-timeout-ms", "1500"],
+    )
+    .await;
+    let leader = cluster.wait_leader(None).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+
+    // Only what is logged after the stop counts: a loaded machine may have
+    // made gaps of its own before.
+    let before = cluster.json_log(follower).len();
+    cluster.pause(follower);
+    tokio::time::sleep(STOPPED).await;
+    cluster.resume(follower);
+    let gap = eventually(Duration::from_secs(10), || async {
+        let log = cluster.json_log(follower);
+        let found = harness::warnings(&log[before..], "no RPC from the leader")
+            .find(|line| line["fields"]["gap_ms"].as_u64() >= Some(stopped_ms))
+            .cloned();
+        found
+    })
+    .await;
+    // Its last RPC came before the stop and the next after it.
+    let gap = gap.unwrap_or_else(|| {
+        panic!(
+            "node {follower} did not log a gap of {stopped_ms} ms: {:?}",
+            cluster.json_log(follower)
+        )
+    });
+    assert_eq!(gap["fields"]["allowed_ms"], json!(375), "{gap}");
+
+    // An append in flight when the leader stops times out once it runs again
+    // and restarts the peer's idle clock, so a stop may go unreported: three tries.
+    let mut idle = None;
+    for _ in 0..3 {
+        let leader = cluster.wait_leader(None).await;
+        let before = cluster.json_log(leader).len();
+        cluster.pause(leader);
+        tokio::time::sleep(STOPPED).await;
+        cluster.resume(leader);
+        idle = eventually(Duration::from_secs(5), || async {
+            let log = cluster.json_log(leader);
+            let found = harness::warnings(&log[before..], "the leader sent this peer nothing")
+                .find(|line| line["fields"]["idle_ms"].as_u64() >= Some(stopped_ms))
+                .cloned();
+            found
+        })
+        .await;
+        if idle.is_some() {
+            break;
+        }
+    }
+    assert!(
+        idle.is_some(),
+        "a stopped leader logs the peers it sent nothing"
+    );
 }
 
 /// Found by the chaos harness (seed 11, 5 nodes): a leader SIGSTOPped long enough
@@ -1241,15 +1309,10 @@ async fn a_tls_cluster_serves_https_and_peers_prove_who_they_are() {
 /// principal whose `certificates` name it, with that principal's rights.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_certificate_is_its_principal() {
-    let auth = tempfile::tempdir().unwrap();
-    let auth_file = auth.path().join("auth.yaml");
-    std::fs::write(
-        &auth_file,
+    let auth = AuthFile::new(
         "principals:\n  - name: billing\n    role: client\n    certificates: [\"billing.client\"]\n    locks: [\"billing/\"]\n",
-    )
-    .unwrap();
-    let auth_arg = auth_file.display().to_string();
-    let cluster = Cluster::start_tls(1, &["--auth-file", &auth_arg]).await;
+    );
+    let cluster = Cluster::start_tls(1, &["--auth-file", &auth.arg]).await;
     let certs = cluster.certs.clone().unwrap();
     let api = cluster.node(1).api.clone();
     let billing = https_client(
@@ -1374,15 +1437,10 @@ async fn a_tls_client_that_hangs_up_while_waiting_leaves_the_queue() {
 /// its client certificate sees it become a voter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_joins_a_tls_cluster_with_auth_on() {
-    let auth = tempfile::tempdir().unwrap();
-    let auth_file = auth.path().join("auth.yaml");
-    std::fs::write(
-        &auth_file,
+    let auth = AuthFile::new(
         "principals:\n  - name: ops\n    role: admin\n    certificates: [\"billing.client\"]\n",
-    )
-    .unwrap();
-    let auth_arg = auth_file.display().to_string();
-    let mut cluster = Cluster::start_tls(3, &["--auth-file", &auth_arg]).await;
+    );
+    let mut cluster = Cluster::start_tls(3, &["--auth-file", &auth.arg]).await;
     let certs = cluster.certs.clone().unwrap();
     let admin = https_client(
         &certs.join("ca.crt"),
@@ -1415,19 +1473,12 @@ async fn a_node_joins_a_tls_cluster_with_auth_on() {
 async fn a_follower_behind_the_lease_still_refuses_another_principals_keepalive() {
     const OPS: &str = "ops-token-0123456789abcdef";
     const BILLING: &str = "billing-token-0123456789abc";
-    let auth = tempfile::tempdir().unwrap();
-    let auth_file = auth.path().join("auth.yaml");
-    std::fs::write(
-        &auth_file,
-        format!(
-            "principals:\n  - name: ops\n    role: admin\n    tokens: [\"{}\"]\n  - name: billing\n    role: client\n    tokens: [\"{}\"]\n    locks: [\"billing/\"]\n",
-            baton_api::auth::hash_token(OPS),
-            baton_api::auth::hash_token(BILLING)
-        ),
-    )
-    .unwrap();
-    let auth_arg = auth_file.display().to_string();
-    let mut cluster = Cluster::start(3, &["--auth-file", &auth_arg]).await;
+    let auth = AuthFile::new(&format!(
+        "principals:\n  - name: ops\n    role: admin\n    tokens: [\"{}\"]\n  - name: billing\n    role: client\n    tokens: [\"{}\"]\n    locks: [\"billing/\"]\n",
+        baton_api::auth::hash_token(OPS),
+        baton_api::auth::hash_token(BILLING)
+    ));
+    let mut cluster = Cluster::start(3, &["--auth-file", &auth.arg]).await;
     let client = reqwest::Client::new();
     let url = format!("{}/v1/cluster", cluster.node(1).api);
     let leader = eventually(Duration::from_secs(30), || {

@@ -191,6 +191,8 @@ pub struct NodeProc {
     pub child: Option<Child>,
     /// Arguments after `serve` that make this node part of the cluster.
     pub membership_args: Vec<String>,
+    /// The node's log lines (its standard output), across restarts.
+    pub log: PathBuf,
     stopped: bool,
 }
 
@@ -212,6 +214,14 @@ pub struct Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // A failed test shows what each node logged (warnings and errors by
+        // default); a passing one stays quiet.
+        if std::thread::panicking() {
+            for node in &self.nodes {
+                let log = std::fs::read_to_string(&node.log).unwrap_or_default();
+                eprintln!("--- node {} log ---\n{log}", node.id);
+            }
+        }
         for node in &mut self.nodes {
             if let Some(child) = node.child.as_mut() {
                 if node.stopped {
@@ -259,6 +269,7 @@ impl Cluster {
                 data: dir.path().join(format!("node-{id}")),
                 child: None,
                 membership_args: Vec::new(),
+                log: dir.path().join(format!("node-{id}.log")),
                 stopped: false,
             });
         }
@@ -328,6 +339,7 @@ impl Cluster {
             data: self.dir.path().join(format!("node-{id}")),
             child: None,
             membership_args: vec!["--join".into(), join],
+            log: self.dir.path().join(format!("node-{id}.log")),
             stopped: false,
         });
         id
@@ -352,6 +364,11 @@ impl Cluster {
             &["--propose-timeout-ms", "3000"]
         };
         let node = &mut self.nodes[(id - 1) as usize];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&node.log)
+            .unwrap();
         let child = Command::new(baton_bin())
             .arg("serve")
             .args(["--node-id", &id.to_string()])
@@ -366,7 +383,7 @@ impl Cluster {
             .env("BATON_CLUSTER_SECRET", SECRET)
             .env("BATON_LOG", "warn")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdout(Stdio::null())
+            .stdout(log)
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
@@ -381,6 +398,12 @@ impl Cluster {
             child.kill().unwrap();
             child.wait().unwrap();
         }
+    }
+
+    /// Node `id`'s log lines so far, each parsed as JSON: start the cluster
+    /// with `--log-format json` to read them.
+    pub fn json_log(&self, id: u64) -> Vec<Value> {
+        json_lines(&self.node(id).log).1
     }
 
     /// SIGSTOP node `id`.
@@ -583,6 +606,50 @@ pub async fn try_metric(client: &reqwest::Client, base: &str, name: &str) -> Opt
     text.lines()
         .find_map(|line| line.strip_prefix(&format!("{name} ")))
         .and_then(|value| value.trim().parse().ok())
+}
+
+/// The complete lines of the log file `log` (a running node may be half way
+/// through the last), as text and each parsed as JSON (`--log-format json`).
+pub fn json_lines(log: &std::path::Path) -> (String, Vec<Value>) {
+    let mut text = std::fs::read_to_string(log).unwrap_or_default();
+    text.truncate(text.rfind('\n').map_or(0, |end| end + 1));
+    let lines = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
+        .collect();
+    (text, lines)
+}
+
+/// The warnings in `lines` (from [`json_lines`]) whose message starts with
+/// `message`.
+pub fn warnings<'a>(lines: &'a [Value], message: &'a str) -> impl Iterator<Item = &'a Value> {
+    lines.iter().filter(move |line| {
+        line["level"] == "WARN"
+            && line["fields"]["message"]
+                .as_str()
+                .is_some_and(|text| text.starts_with(message))
+    })
+}
+
+/// An auth file (`--auth-file`) in a directory of its own, removed when
+/// dropped: keep it alive as long as the nodes that read it.
+pub struct AuthFile {
+    _dir: tempfile::TempDir,
+    /// The file's path, as the flag's value.
+    pub arg: String,
+}
+
+impl AuthFile {
+    /// Writes `yaml` (the auth file's contents) to a new temporary file.
+    pub fn new(yaml: &str) -> AuthFile {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("auth.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        AuthFile {
+            arg: path.display().to_string(),
+            _dir: dir,
+        }
+    }
 }
 
 /// Writes a test CA, a node certificate for 127.0.0.1 and a client certificate

@@ -431,7 +431,7 @@ async fn json_log_lines_inside_a_request_carry_its_trace_id() {
     let (trace_id, _, traceparent) = client_context();
     traced_requests(&api, &traceparent).await;
     assert!(stop(&mut node).await.success());
-    let (text, lines) = json_lines(&log);
+    let (text, lines) = harness::json_lines(&log);
     let answered: Vec<&Value> = lines
         .iter()
         .filter(|line| line["fields"]["message"] == "answered")
@@ -462,16 +462,6 @@ async fn json_logging_node(
     let stdout = Stdio::from(std::fs::File::create(&log).unwrap());
     let (node, api) = single_node(&dir.join("data"), env, &["--log-format", "json"], stdout).await;
     (node, api, log)
-}
-
-/// The log file's text and its lines, each parsed as JSON.
-fn json_lines(log: &std::path::Path) -> (String, Vec<Value>) {
-    let text = std::fs::read_to_string(log).unwrap();
-    let lines = text
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
-        .collect();
-    (text, lines)
 }
 
 /// `baton serve --proxy` forwards in a span of its own: a child of the
@@ -571,7 +561,7 @@ async fn the_root_decides_sampling_and_unsampled_requests_export_nothing() {
     let others: Vec<&Got> = spans.iter().filter(|s| s.trace_id != sampled_id).collect();
     assert!(others.is_empty(), "unsampled requests exported {others:#?}");
 
-    let (text, lines) = json_lines(&log);
+    let (text, lines) = harness::json_lines(&log);
     let answered_in = |trace_id: &str| {
         lines
             .iter()
