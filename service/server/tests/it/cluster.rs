@@ -529,7 +529,6 @@ async fn a_node_cut_off_from_the_others_grants_nothing_and_reads_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_node_logs_the_heartbeat_gap_it_caused() {
     const STOPPED: Duration = Duration::from_millis(600);
-    let stopped_ms = STOPPED.as_millis() as u64;
     let mut cluster = Cluster::start(
         3,
         &["--log-format", "json", "--election-timeout-ms", "1500"],
@@ -538,24 +537,19 @@ async fn a_stopped_node_logs_the_heartbeat_gap_it_caused() {
     let leader = cluster.wait_leader(None).await;
     let follower = (1..=3).find(|id| *id != leader).unwrap();
 
-    // Only what is logged after the stop counts: a loaded machine may have
-    // made gaps of its own before.
-    let before = cluster.json_log(follower).len();
-    cluster.pause(follower);
-    tokio::time::sleep(STOPPED).await;
-    cluster.resume(follower);
-    let gap = eventually(Duration::from_secs(10), || async {
-        let log = cluster.json_log(follower);
-        let found = harness::warnings(&log[before..], "no RPC from the leader")
-            .find(|line| line["fields"]["gap_ms"].as_u64() >= Some(stopped_ms))
-            .cloned();
-        found
-    })
+    let gap = stop_and_read_warning(
+        &mut cluster,
+        follower,
+        STOPPED,
+        "no RPC from the leader",
+        "gap_ms",
+        Duration::from_secs(10),
+    )
     .await;
     // Its last RPC came before the stop and the next after it.
     let gap = gap.unwrap_or_else(|| {
         panic!(
-            "node {follower} did not log a gap of {stopped_ms} ms: {:?}",
+            "node {follower} did not log a gap of {STOPPED:?}: {:?}",
             cluster.json_log(follower)
         )
     });
@@ -566,17 +560,14 @@ async fn a_stopped_node_logs_the_heartbeat_gap_it_caused() {
     let mut idle = None;
     for _ in 0..3 {
         let leader = cluster.wait_leader(None).await;
-        let before = cluster.json_log(leader).len();
-        cluster.pause(leader);
-        tokio::time::sleep(STOPPED).await;
-        cluster.resume(leader);
-        idle = eventually(Duration::from_secs(5), || async {
-            let log = cluster.json_log(leader);
-            let found = harness::warnings(&log[before..], "the leader sent this peer nothing")
-                .find(|line| line["fields"]["idle_ms"].as_u64() >= Some(stopped_ms))
-                .cloned();
-            found
-        })
+        idle = stop_and_read_warning(
+            &mut cluster,
+            leader,
+            STOPPED,
+            "the leader sent this peer nothing",
+            "idle_ms",
+            Duration::from_secs(5),
+        )
         .await;
         if idle.is_some() {
             break;
@@ -586,6 +577,34 @@ async fn a_stopped_node_logs_the_heartbeat_gap_it_caused() {
         idle.is_some(),
         "a stopped leader logs the peers it sent nothing"
     );
+}
+
+/// Stops node `id` for `stopped`, resumes it and waits up to `within` for a
+/// warning logged after the stop whose message starts with `message` and whose
+/// `field` (milliseconds) is at least `stopped`. Earlier lines do not count: a
+/// loaded machine may have made gaps of its own.
+async fn stop_and_read_warning(
+    cluster: &mut Cluster,
+    id: u64,
+    stopped: Duration,
+    message: &str,
+    field: &str,
+    within: Duration,
+) -> Option<Value> {
+    let before = cluster.json_log(id).len();
+    cluster.pause(id);
+    tokio::time::sleep(stopped).await;
+    cluster.resume(id);
+    let at_least = Some(stopped.as_millis() as u64);
+    let cluster = &*cluster;
+    eventually(within, || async move {
+        let log = cluster.json_log(id);
+        let found = harness::warnings(&log[before..], message)
+            .find(|line| line["fields"][field].as_u64() >= at_least)
+            .cloned();
+        found
+    })
+    .await
 }
 
 /// Found by the chaos harness (seed 11, 5 nodes): a leader SIGSTOPped long enough
