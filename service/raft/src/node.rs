@@ -813,12 +813,18 @@ mod tests {
         assert_eq!(dispatcher.snapshots_installed.load(Ordering::Relaxed), 1);
     }
 
+    /// A single node with its data under `dir`, once it leads.
+    async fn leading_single_node(dir: &std::path::Path) -> Arc<Node> {
+        let config = NodeConfig::single(dir.join("data"), "http://127.0.0.1:1".into());
+        let node = Node::start(config).await.expect("start");
+        assert!(node.wait_until_leader(Duration::from_secs(20)).await);
+        node
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_node_whose_raft_stopped_no_longer_claims_to_lead() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let config = NodeConfig::single(dir.path().join("data"), "http://127.0.0.1:1".into());
-        let node = Node::start(config).await.expect("start");
-        assert!(node.wait_until_leader(Duration::from_secs(20)).await);
+        let node = leading_single_node(dir.path()).await;
         // Raft stops on its own (as after a fatal storage error), not through
         // `Node::shutdown`, which clears the flag itself.
         node.raft.shutdown().await.expect("raft shutdown");
@@ -841,9 +847,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_node_under_writes_stays_ready() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let config = NodeConfig::single(dir.path().join("data"), "http://127.0.0.1:1".into());
-        let node = Node::start(config).await.expect("start");
-        assert!(node.wait_until_leader(Duration::from_secs(20)).await);
+        let node = leading_single_node(dir.path()).await;
         let writing = Arc::new(AtomicBool::new(true));
         let writers: Vec<_> = (0..16)
             .map(|writer| {
