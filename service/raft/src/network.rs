@@ -183,8 +183,9 @@ fn rpc_error<E: std::error::Error>(error: reqwest::Error) -> RPCError<u64, Baton
 /// From when the leader's next append to a peer counts as its own delay: the
 /// end of this one, answered or not (after a refusal or a time-out openraft
 /// sends the next at once, or a heartbeat at its next tick, 1.5 heartbeat
-/// intervals at most: under the warning threshold), except when the peer was unreachable, after which
-/// openraft waits on purpose (its 500 ms back-off is not a late leader).
+/// intervals at most: under the warning threshold), except when the peer was
+/// unreachable, after which openraft waits on purpose (its 500 ms back-off is
+/// not a late leader).
 fn idle_from<T, E>(answer: &Result<T, RPCError<u64, BatonNode, E>>) -> Option<Instant>
 where
     E: std::error::Error,

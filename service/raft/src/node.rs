@@ -323,12 +323,17 @@ impl Node {
         }
     }
 
-    /// The commit index known to this node.
+    /// The commit index known to this node (0 once raft has stopped).
     pub async fn commit_index(&self) -> u64 {
+        self.committed_if_running().await.unwrap_or(0)
+    }
+
+    /// The commit index known to this node, or `None` when raft has stopped.
+    async fn committed_if_running(&self) -> Option<u64> {
         self.raft
             .with_raft_state(|state| state.committed.map_or(0, |l| l.index))
             .await
-            .unwrap_or(0)
+            .ok()
     }
 
     /// Ready: a leader is known and this replica applies what is committed:
@@ -348,12 +353,8 @@ impl Node {
             return false;
         }
         let caught_up = async {
-            let committed = self
-                .raft
-                .with_raft_state(|state| state.committed.map_or(0, |l| l.index))
-                .await;
-            // An error: raft stopped since the check above.
-            let Ok(committed) = committed else {
+            // None: raft stopped since the check above.
+            let Some(committed) = self.committed_if_running().await else {
                 return false;
             };
             self.shared.applied_at_least(committed).await;
