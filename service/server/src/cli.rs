@@ -292,9 +292,9 @@ pub struct ServeArgs {
     #[arg(long, env = "BATON_HTTP_WORKERS")]
     pub http_workers: Option<usize>,
     /// Worker threads of the runtime that runs Raft, the proposer and the lease
-    /// clock (default: number of cores, or `TOKIO_WORKER_THREADS`). HTTP has its
-    /// own threads (`--http-workers`). On 2 cores, 1 saves half the context
-    /// switches per request but worsens expiry storms (BENCHMARKS.md, "Runtime
+    /// clock (default: half the cores, at least one, or `TOKIO_WORKER_THREADS`).
+    /// HTTP has its own threads (`--http-workers`), one per core, so that the
+    /// two together do not outnumber the cores (BENCHMARKS.md, "Runtime
     /// threads").
     #[arg(long, env = "BATON_RUNTIME_THREADS")]
     pub runtime_threads: Option<usize>,
@@ -329,6 +329,20 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// The runtime's worker count: `--runtime-threads` when given; otherwise
+    /// tokio's own choice when `TOKIO_WORKER_THREADS` is set (`None`); otherwise
+    /// half of `cores`, at least one. The HTTP workers take one thread per core,
+    /// and the runtime's tasks (openraft's core, the state machine, the
+    /// proposer) hand each request along in a chain rather than in parallel: a
+    /// second worker per core mostly wakes to find nothing to steal.
+    pub fn runtime_worker_threads(&self, cores: usize, tokio_env_set: bool) -> Option<usize> {
+        match self.runtime_threads {
+            Some(threads) => Some(threads),
+            None if tokio_env_set => None,
+            None => Some((cores / 2).max(1)),
+        }
+    }
+
     /// Checks combinations clap cannot.
     pub fn validate(&self) -> Result<(), String> {
         if self.min_ttl_ms == 0 || self.min_ttl_ms > self.max_ttl_ms {
@@ -574,6 +588,23 @@ mod tests {
             serve_args(&["--runtime-threads", "3"]).runtime_threads,
             Some(3)
         );
+    }
+
+    #[test]
+    fn the_runtime_gets_half_the_cores_unless_told() {
+        let default = serve_args(&[]);
+        for (cores, threads) in [(1, 1), (2, 1), (3, 1), (4, 2), (16, 8)] {
+            assert_eq!(
+                default.runtime_worker_threads(cores, false),
+                Some(threads),
+                "{cores} cores"
+            );
+        }
+        // TOKIO_WORKER_THREADS, the way to set it before the flag, still works.
+        assert_eq!(default.runtime_worker_threads(2, true), None);
+        let told = serve_args(&["--runtime-threads", "2"]);
+        assert_eq!(told.runtime_worker_threads(2, true), Some(2));
+        assert_eq!(told.runtime_worker_threads(16, false), Some(2));
     }
 
     #[test]

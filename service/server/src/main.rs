@@ -170,6 +170,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         rate_limiter: Default::default(),
         metrics: Default::default(),
     };
+    tracing::info!(
+        http_workers = workers(&args),
+        runtime_threads = tokio::runtime::Handle::current().metrics().num_workers(),
+        "threads"
+    );
     let server = HttpServer::new(move || App::new().configure(configure(state.clone())))
         .on_connect(on_connect)
         .workers(workers(&args))
@@ -316,14 +321,16 @@ fn main() -> anyhow::Result<ExitCode> {
     runtime(&cli)?.block_on(run(cli))
 }
 
-/// The multi-threaded runtime everything but HTTP runs on, with
-/// `--runtime-threads` workers when given (tokio's default otherwise: one per
-/// core, or `TOKIO_WORKER_THREADS`).
+/// The multi-threaded runtime everything but HTTP runs on. A server gets
+/// [`cli::ServeArgs::runtime_worker_threads`] workers; the other commands
+/// tokio's default.
 fn runtime(cli: &Cli) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
     if let Command::Serve(args) = &cli.command {
-        if let Some(threads) = args.runtime_threads {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let tokio_env_set = std::env::var_os("TOKIO_WORKER_THREADS").is_some();
+        if let Some(threads) = args.runtime_worker_threads(cores, tokio_env_set) {
             builder.worker_threads(threads);
         }
     }

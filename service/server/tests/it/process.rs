@@ -414,3 +414,42 @@ async fn a_large_state_is_snapshotted_again_only_after_as_much_log() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// The thread counts a node started with, from its "threads" log line.
+fn logged_threads(cluster: &harness::Cluster) -> (Value, Value) {
+    let lines = cluster.json_log(1);
+    let line = lines
+        .iter()
+        .find(|line| line["fields"]["message"] == "threads")
+        .unwrap_or_else(|| panic!("no \"threads\" line: {lines:?}"));
+    (
+        line["fields"]["http_workers"].clone(),
+        line["fields"]["runtime_threads"].clone(),
+    )
+}
+
+/// By default the runtime has half as many workers as there are cores (at
+/// least one), next to one HTTP worker per core; `--runtime-threads` overrides.
+#[tokio::test]
+async fn the_runtime_gets_half_the_cores_unless_told() {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let expected = match std::env::var("TOKIO_WORKER_THREADS") {
+        Ok(threads) => threads.parse().unwrap(),
+        Err(_) => (cores / 2).max(1),
+    };
+    // The harness's nodes log warnings only; the line is at info.
+    let info = [("BATON_LOG", "info")];
+    let cluster = harness::Cluster::start_env(1, &["--log-format", "json"], &info).await;
+    cluster.wait_leader(None).await;
+    assert_eq!(logged_threads(&cluster), (json!(cores), json!(expected)));
+    drop(cluster);
+
+    let told = harness::Cluster::start_env(
+        1,
+        &["--log-format", "json", "--runtime-threads", "3"],
+        &info,
+    )
+    .await;
+    told.wait_leader(None).await;
+    assert_eq!(logged_threads(&told).1, json!(3));
+}
