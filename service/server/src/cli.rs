@@ -293,9 +293,9 @@ pub struct ServeArgs {
     pub http_workers: Option<usize>,
     /// Worker threads of the runtime that runs Raft, the proposer and the lease
     /// clock (default: half the cores, at least one, or `TOKIO_WORKER_THREADS`).
-    /// HTTP has its own threads (`--http-workers`), one per core, so that the
-    /// two together do not outnumber the cores (BENCHMARKS.md, "Runtime
-    /// threads").
+    /// HTTP has its own threads (`--http-workers`). On 2 cores one worker halves
+    /// the context switches per request and did better on three nodes and in
+    /// expiry storms than two (BENCHMARKS.md, "Runtime threads again").
     #[arg(long, env = "BATON_RUNTIME_THREADS")]
     pub runtime_threads: Option<usize>,
     /// Watch events kept for resuming streams (`since`, `Last-Event-ID`).
