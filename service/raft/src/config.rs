@@ -2,11 +2,13 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::Limits;
 use baton_store::Durability;
 
+use crate::idle_poll::IdlePoll;
 use crate::proposer::InFlight;
 use crate::watch_hub::WatchConfig;
 
@@ -85,6 +87,9 @@ pub struct NodeConfig {
     /// cluster's log readable by builds of that version (a rollback stays
     /// possible during a rolling upgrade).
     pub log_version: u32,
+    /// How long idle threads poll before they sleep (off by default). The
+    /// server shares this with its runtime's park hook.
+    pub idle_poll: Arc<IdlePoll>,
 }
 
 impl NodeConfig {
@@ -115,6 +120,7 @@ impl NodeConfig {
             durability: Durability::Synced,
             watch: WatchConfig::default(),
             log_version: baton_core::LOG_VERSION,
+            idle_poll: Arc::new(IdlePoll::default()),
         }
     }
 }

@@ -35,6 +35,8 @@
 //!   reads from its own cursor.
 //! - `watch_event`: [`WatchEvent`], one change as watch streams publish it, its SSE frame
 //!   encoded once.
+//! - `idle_poll`: [`IdlePoll`], threads that poll briefly before they sleep, so a lone
+//!   client's write does not wait for idle threads to wake (`--idle-poll-us`).
 //! - `metrics`: [`NodeMetrics`], what a node counts (grants, releases, waits, hold
 //!   times, proposals, leader changes, calls to the leader) and [`Node::write_metrics`].
 //! - `snapshot_schedule`: [`SnapshotSchedule`], when a node builds a snapshot: after
@@ -52,6 +54,7 @@ mod bootstrap;
 mod config;
 mod error;
 mod handover;
+mod idle_poll;
 mod leader_call;
 mod leader_contact;
 mod leader_link;
@@ -75,6 +78,7 @@ mod watch_hub;
 pub use baton_store::{BatonNode, Durability};
 pub use config::NodeConfig;
 pub use error::RaftLayerError;
+pub use idle_poll::IdlePoll;
 pub use leader_call::{LeaderAnswer, LeaderCall, LeaderResult, PeerStatus};
 pub use leader_link::{LeaderLink, LinkError};
 pub use lease_clock::LeaseClock;

@@ -520,13 +520,17 @@ async fn watch_leadership(node: Arc<Node>) {
     let mut metrics = node.raft.server_metrics();
     let mut stop = node.stop.subscribe();
     loop {
-        let (leading_now, term) = {
+        let (leading_now, term, voters) = {
             let seen = metrics.borrow_and_update();
             (
                 seen.state == ServerState::Leader,
                 seen.vote.leader_id().term,
+                seen.membership_config.membership().voter_ids().count(),
             )
         };
+        node.config
+            .idle_poll
+            .set_lone_voter(leading_now && voters == 1);
         let was = node.leading.load(Ordering::Acquire);
         // Leading again in a later term counts as becoming leader, even when the
         // step down in between was too brief for this task to see it.

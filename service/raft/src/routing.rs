@@ -37,7 +37,8 @@ pub(crate) async fn propose(node: &Node, request: Request) -> Result<Outcome, Ra
     let retry_lost = request.idempotency.is_some();
     let timeout = node.config.propose_timeout + Duration::from_secs(2);
     let call = LeaderCall::Propose(request);
-    leader_call(node, call, timeout, retry_lost, LeaderAnswer::into_outcome).await
+    let answer = leader_call(node, call, timeout, retry_lost, LeaderAnswer::into_outcome);
+    node.config.idle_poll.await_briefly(answer).await
 }
 
 /// The body of [`Node::linearizable`].

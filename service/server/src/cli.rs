@@ -298,6 +298,14 @@ pub struct ServeArgs {
     /// expiry storms than two (BENCHMARKS.md, "Runtime threads again").
     #[arg(long, env = "BATON_RUNTIME_THREADS")]
     pub runtime_threads: Option<usize>,
+    /// Microseconds a thread keeps polling for work before it sleeps: the
+    /// runtime's worker while this node is the only voter, and an HTTP worker
+    /// while its request is the only one in progress. Waking a sleeping thread
+    /// costs tens of microseconds on a virtual machine, twice per write, which
+    /// a lone client waits for; polling spends otherwise idle CPU on not
+    /// waiting (BENCHMARKS.md, "Idle polling"). 0 turns it off.
+    #[arg(long, env = "BATON_IDLE_POLL_US", default_value_t = 0)]
+    pub idle_poll_us: u64,
     /// Watch events kept for resuming streams (`since`, `Last-Event-ID`).
     #[arg(long, env = "BATON_WATCH_HISTORY", default_value_t = 100_000)]
     pub watch_history: usize,
@@ -328,6 +336,9 @@ pub struct ServeArgs {
     pub log_format: crate::telemetry::LogFormat,
 }
 
+/// The longest `--idle-poll-us` accepted: 10 ms.
+const MAX_IDLE_POLL_US: u64 = 10_000;
+
 impl ServeArgs {
     /// The runtime's worker count: `--runtime-threads` when given; otherwise
     /// tokio's own choice when `TOKIO_WORKER_THREADS` is set (`None`); otherwise
@@ -341,6 +352,11 @@ impl ServeArgs {
             None if tokio_env_set => None,
             None => Some((cores / 2).max(1)),
         }
+    }
+
+    /// How long idle threads poll before they sleep (`--idle-poll-us`).
+    pub fn idle_poll(&self) -> Duration {
+        Duration::from_micros(self.idle_poll_us)
     }
 
     /// Checks combinations clap cannot.
@@ -368,6 +384,11 @@ impl ServeArgs {
         }
         if self.runtime_threads == Some(0) {
             return Err("--runtime-threads must be at least 1".into());
+        }
+        if self.idle_poll_us > MAX_IDLE_POLL_US {
+            return Err(format!(
+                "--idle-poll-us must be at most {MAX_IDLE_POLL_US} (a thread's wake-up costs tens of microseconds; polling longer only burns CPU)"
+            ));
         }
         baton_raft::check_log_version(self.log_version)
             .map_err(|reason| format!("--log-version: {reason}"))?;
@@ -605,6 +626,16 @@ mod tests {
         let told = serve_args(&["--runtime-threads", "2"]);
         assert_eq!(told.runtime_worker_threads(2, true), Some(2));
         assert_eq!(told.runtime_worker_threads(16, false), Some(2));
+    }
+
+    #[test]
+    fn idle_polling_is_off_unless_asked_and_bounded() {
+        assert_eq!(serve_args(&[]).idle_poll(), Duration::ZERO);
+        let asked = serve_args(&["--idle-poll-us", "300"]);
+        assert_eq!(asked.validate(), Ok(()));
+        assert_eq!(asked.idle_poll(), Duration::from_micros(300));
+        let too_long = serve_args(&["--idle-poll-us", "10001"]).validate();
+        assert!(too_long.is_err_and(|e| e.starts_with("--idle-poll-us must be at most 10000")));
     }
 
     #[test]

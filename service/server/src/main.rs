@@ -45,7 +45,7 @@ use std::time::Duration;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 use baton_api::{configure, on_connect, openapi_json, ApiSettings, ApiState};
-use baton_raft::{client_config_trusting, peer_routes, Node, Tls};
+use baton_raft::{client_config_trusting, peer_routes, IdlePoll, Node, Tls};
 use clap::Parser;
 
 use crate::cli::{Cli, Command, DevCommand, ServeArgs};
@@ -70,7 +70,7 @@ fn init_telemetry(args: &ServeArgs) -> anyhow::Result<telemetry::Telemetry> {
     telemetry::init(args.log_format, traces, &instance, node_id)
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+async fn serve(args: ServeArgs, idle_poll: Arc<IdlePoll>) -> anyhow::Result<()> {
     open_files::raise_and_report();
     if let Some(targets) = args.proxy.clone() {
         return serve_proxy(&args, &targets).await;
@@ -104,6 +104,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .node_config(node_id, raft_url.clone())
         .map_err(anyhow::Error::msg)?;
     config.tls = tls.clone();
+    config.idle_poll = idle_poll;
     let clustered = !config.peers.is_empty() || config.join.is_some();
     if config.cluster_secret.is_none() && clustered {
         tracing::warn!(
@@ -173,6 +174,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(
         http_workers = workers(&args),
         runtime_threads = tokio::runtime::Handle::current().metrics().num_workers(),
+        idle_poll_us = args.idle_poll_us,
         "threads"
     );
     let server = HttpServer::new(move || App::new().configure(configure(state.clone())))
@@ -318,15 +320,31 @@ fn main() -> anyhow::Result<ExitCode> {
     if let Command::Serve(args) = &cli.command {
         args.validate().map_err(anyhow::Error::msg)?;
     }
-    runtime(&cli)?.block_on(run(cli))
+    let idle_poll = Arc::new(match &cli.command {
+        Command::Serve(args) => IdlePoll::new(args.idle_poll()),
+        _ => IdlePoll::default(),
+    });
+    runtime(&cli, &idle_poll)?.block_on(run(cli, idle_poll))
 }
 
 /// The multi-threaded runtime everything but HTTP runs on. A server gets
 /// [`cli::ServeArgs::runtime_worker_threads`] workers; the other commands
-/// tokio's default.
-fn runtime(cli: &Cli) -> std::io::Result<tokio::runtime::Runtime> {
+/// tokio's default. Its workers poll for up to `idle_poll`'s budget before they
+/// park while the node leads alone (see [`IdlePoll`]).
+fn runtime(cli: &Cli, idle_poll: &Arc<IdlePoll>) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
+    // The hook needs the runtime's handle, which exists only once it is built.
+    let handle = Arc::new(std::sync::OnceLock::<tokio::runtime::Handle>::new());
+    if !idle_poll.budget().is_zero() {
+        let (idle_poll, handle) = (idle_poll.clone(), handle.clone());
+        builder.on_thread_park(move || {
+            if let Some(handle) = handle.get() {
+                // A task woken from an HTTP worker lands in the global queue.
+                idle_poll.before_park(|| handle.metrics().global_queue_depth() > 0);
+            }
+        });
+    }
     if let Command::Serve(args) = &cli.command {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let tokio_env_set = std::env::var_os("TOKIO_WORKER_THREADS").is_some();
@@ -334,10 +352,12 @@ fn runtime(cli: &Cli) -> std::io::Result<tokio::runtime::Runtime> {
             builder.worker_threads(threads);
         }
     }
-    builder.build()
+    let runtime = builder.build()?;
+    let _ = handle.set(runtime.handle().clone());
+    Ok(runtime)
 }
 
-async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+async fn run(cli: Cli, idle_poll: Arc<IdlePoll>) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Openapi => {
             std::io::stdout().write_all(openapi_json().as_bytes())?;
@@ -345,7 +365,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Probe(args) => return Ok(probe::run(&args).await),
         Command::Serve(args) => {
             let telemetry = init_telemetry(&args)?;
-            let served = serve(*args).await;
+            let served = serve(*args, idle_poll).await;
             // After the API stopped: the last requests' spans go out too.
             telemetry.shutdown().await;
             served?;

@@ -453,3 +453,75 @@ async fn the_runtime_gets_half_the_cores_unless_told() {
     told.wait_leader(None).await;
     assert_eq!(logged_threads(&told).1, json!(3));
 }
+
+/// With `--idle-poll-us`, the threads poll before they sleep: a lone client,
+/// a crowd and a waiting acquire woken by a release are all answered, on one
+/// node (where the runtime polls too) and on three (where only requests do),
+/// with their tokens in order. How much sooner they are answered is the
+/// benchmarks' business (BENCHMARKS.md, "Idle polling"), not a test's.
+#[tokio::test]
+async fn idle_polling_answers_lone_and_crowded_clients() {
+    const POST: reqwest::Method = reqwest::Method::POST;
+    let info = [("BATON_LOG", "info")];
+    for nodes in [1, 3] {
+        let flags = ["--log-format", "json", "--idle-poll-us", "2000"];
+        let cluster = harness::Cluster::start_env(nodes, &flags, &info).await;
+        let leader = cluster.wait_leader(None).await;
+        let polled = cluster
+            .json_log(1)
+            .into_iter()
+            .find(|line| line["fields"]["message"] == "threads")
+            .map(|line| line["fields"]["idle_poll_us"].clone());
+        assert_eq!(polled, Some(json!(2000)));
+
+        // A lone client: each answer must come back well inside the timeout,
+        // one request at a time.
+        let lease = cluster.lease(leader, 30_000).await;
+        let mut last_token = 0;
+        for _ in 0..200 {
+            let acquire = json!({"lease_id": lease});
+            let (status, held) = cluster
+                .post(leader, "/v1/locks/alone:acquire", acquire)
+                .await;
+            assert_eq!(status, 200, "{held}");
+            let token = held["token"].as_u64().unwrap();
+            assert!(token > last_token, "token {token} after {last_token}");
+            last_token = token;
+            let release = json!({"lease_id": lease, "token": token});
+            let (status, _) = cluster
+                .post(leader, "/v1/locks/alone:release", release)
+                .await;
+            assert_eq!(status, 200);
+        }
+
+        // A crowd on one lock through every node: each waits its turn, then
+        // hands the lock on.
+        let client = reqwest::Client::new();
+        let crowd: Vec<_> = (0..16)
+            .map(|i| {
+                let base = cluster.node(1 + i % nodes).api.clone();
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let body = json!({"ttl_ms": 30_000, "wait_ms": 30_000});
+                    let path = "/v1/locks/crowded:acquire";
+                    let (status, held) =
+                        harness::call(&client, &base, POST, path, Some(body)).await;
+                    assert_eq!(status, 200, "{held}");
+                    let release = json!({"lease_id": held["lease_id"], "token": held["token"]});
+                    let path = "/v1/locks/crowded:release";
+                    let (status, body) =
+                        harness::call(&client, &base, POST, path, Some(release)).await;
+                    assert_eq!(status, 200, "{body}");
+                    held["token"].as_u64().unwrap()
+                })
+            })
+            .collect();
+        let mut tokens = Vec::new();
+        for holder in crowd {
+            tokens.push(holder.await.unwrap());
+        }
+        tokens.sort_unstable();
+        tokens.dedup();
+        assert_eq!(tokens.len(), 16, "every holder had its own token");
+    }
+}
