@@ -6,10 +6,11 @@
 //! each of those wake-ups costs tens of microseconds (BENCHMARKS.md, "One client:
 //! where a lock cycle's time goes"). With a budget set, both keep polling for work
 //! for up to that long before they sleep, which trades idle CPU for latency. Under
-//! load neither thread sleeps, so the polling only runs when it can help: the
-//! runtime polls only while this node is its cluster's only voter (with followers
-//! their answers arrive on sockets, which only a sleeping worker watches), and a
-//! request polls only while it is the only one in progress on this node.
+//! load neither thread sleeps, so the polling only runs when it can help: only
+//! while this node leads and is its cluster's only voter (with followers, their
+//! answers arrive on sockets, which only a sleeping runtime worker watches, and a
+//! replicated write's round trips dwarf the wake-ups), and on the HTTP side only
+//! while the request is the only one in progress on this node.
 
 use std::future::Future;
 use std::pin::pin;
@@ -47,9 +48,9 @@ impl IdlePoll {
         self.lone_voter.store(lone, Ordering::Relaxed);
     }
 
-    /// Whether the runtime may poll before it parks: a budget is set and this node
-    /// is its cluster's only voter.
-    pub fn runtime_may_poll(&self) -> bool {
+    /// Whether threads may poll before they sleep: a budget is set and this node
+    /// leads as its cluster's only voter.
+    pub fn may_poll(&self) -> bool {
         !self.budget.is_zero() && self.lone_voter.load(Ordering::Relaxed)
     }
 
@@ -57,20 +58,21 @@ impl IdlePoll {
     /// was scheduled from another thread or the budget is spent. Returning early
     /// is enough: tokio's worker checks its queues once more before it sleeps.
     pub fn before_park(&self, has_work: impl Fn() -> bool) -> bool {
-        if !self.runtime_may_poll() {
+        if !self.may_poll() {
             return false;
         }
         spin_until(self.budget, has_work)
     }
 
-    /// Awaits `future`. While this is the only request in progress on this node
-    /// and the caller runs on a current-thread runtime (an HTTP worker), the
+    /// Awaits `future`. While this node may poll ([`IdlePoll::may_poll`]), this is
+    /// the only request in progress on it and the caller runs on a
+    /// current-thread runtime (an HTTP worker), the
     /// future is polled again and again, with the worker's sockets polled in
     /// between (`yield_now`), for up to the budget before the thread may sleep.
     pub async fn await_briefly<F: Future>(&self, future: F) -> F::Output {
         let _request = InProgress::enter(&self.requests);
         let mut future = pin!(future);
-        if self.budget.is_zero() || !on_current_thread_runtime() {
+        if !self.may_poll() || !on_current_thread_runtime() {
             return future.await;
         }
         let start = Instant::now();
@@ -133,14 +135,14 @@ mod tests {
     fn the_runtime_polls_only_as_a_lone_voter_with_a_budget() {
         let off = IdlePoll::new(Duration::ZERO);
         off.set_lone_voter(true);
-        assert!(!off.runtime_may_poll());
+        assert!(!off.may_poll());
 
         let on = IdlePoll::new(Duration::from_secs(5));
-        assert!(!on.runtime_may_poll(), "not known to lead alone yet");
+        assert!(!on.may_poll(), "not known to lead alone yet");
         on.set_lone_voter(true);
-        assert!(on.runtime_may_poll());
+        assert!(on.may_poll());
         on.set_lone_voter(false);
-        assert!(!on.runtime_may_poll());
+        assert!(!on.may_poll());
         let calls = AtomicU32::new(0);
         assert!(!on.before_park(|| calls.fetch_add(1, Ordering::Relaxed) > 0));
         assert_eq!(calls.load(Ordering::Relaxed), 0, "no poll with followers");
@@ -169,6 +171,7 @@ mod tests {
         // The answer comes from another thread; the current-thread runtime only
         // learns of it by polling, since its waker is never called.
         let poll = Arc::new(IdlePoll::new(Duration::from_secs(3600)));
+        poll.set_lone_voter(true);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -203,6 +206,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_request_stops_polling_once_another_one_is_in_progress() {
         let poll = Arc::new(IdlePoll::new(Duration::from_secs(3600)));
+        poll.set_lone_voter(true);
         let (answer, answered) = tokio::sync::oneshot::channel::<u32>();
         let polls = Arc::new(AtomicU32::new(0));
         let first = {
@@ -236,9 +240,33 @@ mod tests {
         assert_eq!(first.await.expect("join").expect("answer"), 7);
     }
 
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_request_with_followers_never_polls() {
+        let poll = IdlePoll::new(Duration::from_secs(3600));
+        poll.set_lone_voter(false);
+        let polls = AtomicU32::new(0);
+        let (answer, mut answered) = tokio::sync::oneshot::channel::<u32>();
+        let waiting = poll.await_briefly(std::future::poll_fn(|cx| {
+            polls.fetch_add(1, Ordering::Relaxed);
+            std::pin::Pin::new(&mut answered).poll(cx)
+        }));
+        let sender = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            answer.send(5).expect("send");
+        });
+        assert_eq!(waiting.await.expect("answer"), 5);
+        sender.await.expect("join");
+        assert_eq!(
+            polls.load(Ordering::Relaxed),
+            2,
+            "polled once, then woken once"
+        );
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_request_on_the_multi_threaded_runtime_never_polls() {
         let poll = IdlePoll::new(Duration::from_secs(3600));
+        poll.set_lone_voter(true);
         let polls = AtomicU32::new(0);
         let (answer, mut answered) = tokio::sync::oneshot::channel::<u32>();
         let waiting = poll.await_briefly(std::future::poll_fn(|cx| {

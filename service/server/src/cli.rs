@@ -298,13 +298,13 @@ pub struct ServeArgs {
     /// expiry storms than two (BENCHMARKS.md, "Runtime threads again").
     #[arg(long, env = "BATON_RUNTIME_THREADS")]
     pub runtime_threads: Option<usize>,
-    /// Microseconds a thread keeps polling for work before it sleeps: the
-    /// runtime's worker while this node is the only voter, and an HTTP worker
-    /// while its request is the only one in progress. Waking a sleeping thread
-    /// costs tens of microseconds on a virtual machine, twice per write, which
-    /// a lone client waits for; polling spends otherwise idle CPU on not
+    /// Microseconds a thread keeps polling for work before it sleeps, while this
+    /// node leads as its cluster's only voter: the runtime's worker, and an HTTP
+    /// worker while its request is the only one in progress. Waking a sleeping
+    /// thread costs tens of microseconds on a virtual machine, twice per write,
+    /// which a lone client waits for; polling spends otherwise idle CPU on not
     /// waiting (BENCHMARKS.md, "Idle polling"). 0 turns it off.
-    #[arg(long, env = "BATON_IDLE_POLL_US", default_value_t = 0)]
+    #[arg(long, env = "BATON_IDLE_POLL_US", default_value_t = 300)]
     pub idle_poll_us: u64,
     /// Watch events kept for resuming streams (`since`, `Last-Event-ID`).
     #[arg(long, env = "BATON_WATCH_HISTORY", default_value_t = 100_000)]
@@ -629,11 +629,11 @@ mod tests {
     }
 
     #[test]
-    fn idle_polling_is_off_unless_asked_and_bounded() {
-        assert_eq!(serve_args(&[]).idle_poll(), Duration::ZERO);
-        let asked = serve_args(&["--idle-poll-us", "300"]);
-        assert_eq!(asked.validate(), Ok(()));
-        assert_eq!(asked.idle_poll(), Duration::from_micros(300));
+    fn idle_polling_lasts_300_us_unless_told_and_is_bounded() {
+        assert_eq!(serve_args(&[]).idle_poll(), Duration::from_micros(300));
+        let off = serve_args(&["--idle-poll-us", "0"]);
+        assert_eq!(off.validate(), Ok(()));
+        assert_eq!(off.idle_poll(), Duration::ZERO);
         let too_long = serve_args(&["--idle-poll-us", "10001"]).validate();
         assert!(too_long.is_err_and(|e| e.starts_with("--idle-poll-us must be at most 10000")));
     }

@@ -456,7 +456,8 @@ async fn the_runtime_gets_half_the_cores_unless_told() {
 
 /// With `--idle-poll-us`, the threads poll before they sleep: a lone client,
 /// a crowd and a waiting acquire woken by a release are all answered, on one
-/// node (where the runtime polls too) and on three (where only requests do),
+/// node (where both the runtime and the requests poll) and on three (where
+/// neither does),
 /// with their tokens in order. How much sooner they are answered is the
 /// benchmarks' business (BENCHMARKS.md, "Idle polling"), not a test's.
 #[tokio::test]
