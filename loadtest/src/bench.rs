@@ -70,8 +70,9 @@ pub struct BenchArgs {
     /// watch-fanout watchers (Baton only; 0 skips it).
     #[arg(long, default_value_t = 64)]
     pub watchers: usize,
-    /// lock-cycle also at these client counts (one round each; empty skips the sweep).
-    #[arg(long, value_delimiter = ',', default_value = "16,256")]
+    /// lock-cycle also at these client counts (one round each; empty skips the
+    /// sweep). The 1-client row is judged against issue 19's single-client target.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
     pub sweep_clients: Vec<usize>,
     /// Where the servers keep their data (a temporary directory is made inside).
     #[arg(long)]
