@@ -240,10 +240,8 @@ mod tests {
         assert_eq!(first.await.expect("join").expect("answer"), 7);
     }
 
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_request_with_followers_never_polls() {
-        let poll = IdlePoll::new(Duration::from_secs(3600));
-        poll.set_lone_voter(false);
+    /// How often a request is polled while its answer takes 20 ms to come.
+    async fn polls_of_a_request_answered_later(poll: &IdlePoll) -> u32 {
         let polls = AtomicU32::new(0);
         let (answer, mut answered) = tokio::sync::oneshot::channel::<u32>();
         let waiting = poll.await_briefly(std::future::poll_fn(|cx| {
@@ -256,33 +254,30 @@ mod tests {
         });
         assert_eq!(waiting.await.expect("answer"), 5);
         sender.await.expect("join");
-        assert_eq!(
-            polls.load(Ordering::Relaxed),
-            2,
-            "polled once, then woken once"
-        );
+        polls.load(Ordering::Relaxed)
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_lone_request_on_a_lone_voter_polls_until_answered() {
+        let poll = IdlePoll::new(Duration::from_secs(3600));
+        poll.set_lone_voter(true);
+        let polls = polls_of_a_request_answered_later(&poll).await;
+        assert!(polls > 2, "polled {polls} times in 20 ms");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_request_with_followers_never_polls() {
+        let poll = IdlePoll::new(Duration::from_secs(3600));
+        poll.set_lone_voter(false);
+        let polls = polls_of_a_request_answered_later(&poll).await;
+        assert_eq!(polls, 2, "polled once, then woken once");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_request_on_the_multi_threaded_runtime_never_polls() {
         let poll = IdlePoll::new(Duration::from_secs(3600));
         poll.set_lone_voter(true);
-        let polls = AtomicU32::new(0);
-        let (answer, mut answered) = tokio::sync::oneshot::channel::<u32>();
-        let waiting = poll.await_briefly(std::future::poll_fn(|cx| {
-            polls.fetch_add(1, Ordering::Relaxed);
-            std::pin::Pin::new(&mut answered).poll(cx)
-        }));
-        let sender = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            answer.send(3).expect("send");
-        });
-        assert_eq!(waiting.await.expect("answer"), 3);
-        sender.await.expect("join");
-        assert_eq!(
-            polls.load(Ordering::Relaxed),
-            2,
-            "polled once, then woken once"
-        );
+        let polls = polls_of_a_request_answered_later(&poll).await;
+        assert_eq!(polls, 2, "polled once, then woken once");
     }
 }
