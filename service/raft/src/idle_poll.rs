@@ -55,8 +55,10 @@ impl IdlePoll {
     }
 
     /// For the runtime's `on_thread_park` hook: spins until `has_work` says a task
-    /// was scheduled from another thread or the budget is spent. Returning early
-    /// is enough: tokio's worker checks its queues once more before it sleeps.
+    /// was scheduled from another thread or the budget is spent; whether it did.
+    /// Returning then is enough: the hook runs before the worker counts as parked,
+    /// so the push either woke another worker or is found by this one's last look
+    /// at the queues as it parks (tokio's `transition_to_parked`).
     pub fn before_park(&self, has_work: impl Fn() -> bool) -> bool {
         if !self.may_poll() {
             return false;
@@ -65,10 +67,10 @@ impl IdlePoll {
     }
 
     /// Awaits `future`. While this node may poll ([`IdlePoll::may_poll`]), this is
-    /// the only request in progress on it and the caller runs on a
-    /// current-thread runtime (an HTTP worker), the
-    /// future is polled again and again, with the worker's sockets polled in
-    /// between (`yield_now`), for up to the budget before the thread may sleep.
+    /// the only request in progress on it and the caller runs on a current-thread
+    /// runtime (an HTTP worker), the future is polled again and again, with the
+    /// worker's sockets polled in between (`yield_now`), for up to the budget
+    /// before the thread may sleep.
     pub async fn await_briefly<F: Future>(&self, future: F) -> F::Output {
         let _request = InProgress::enter(&self.requests);
         let mut future = pin!(future);
