@@ -87,8 +87,8 @@ pub struct NodeConfig {
     /// cluster's log readable by builds of that version (a rollback stays
     /// possible during a rolling upgrade).
     pub log_version: u32,
-    /// How long idle threads poll before they sleep (off by default). The
-    /// server shares this with its runtime's park hook.
+    /// How long idle threads poll before they sleep (off here; `baton serve`
+    /// sets `--idle-poll-us`). The server shares it with its runtime's park hook.
     pub idle_poll: Arc<IdlePoll>,
 }
 

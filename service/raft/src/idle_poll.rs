@@ -25,7 +25,7 @@ pub struct IdlePoll {
     budget: Duration,
     /// This node leads and is the only voter.
     lone_voter: AtomicBool,
-    /// Requests inside [`IdlePoll::await_briefly`] on this node.
+    /// Requests inside [`IdlePoll::await_briefly`] on this node that may poll.
     requests: AtomicUsize,
 }
 
@@ -72,11 +72,12 @@ impl IdlePoll {
     /// worker's sockets polled in between (`yield_now`), for up to the budget
     /// before the thread may sleep.
     pub async fn await_briefly<F: Future>(&self, future: F) -> F::Output {
-        let _request = InProgress::enter(&self.requests);
-        let mut future = pin!(future);
+        // Nothing polls on a node with followers: it pays not even the count.
         if !self.may_poll() || !on_current_thread_runtime() {
             return future.await;
         }
+        let _request = InProgress::enter(&self.requests);
+        let mut future = pin!(future);
         let start = Instant::now();
         loop {
             let polled = std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await;

@@ -415,16 +415,22 @@ async fn a_large_state_is_snapshotted_again_only_after_as_much_log() {
     child.wait().unwrap();
 }
 
-/// The thread counts a node started with, from its "threads" log line.
-fn logged_threads(cluster: &harness::Cluster) -> (Value, Value) {
+/// The fields of node 1's "threads" log line (thread counts, idle polling).
+fn threads_line(cluster: &harness::Cluster) -> Value {
     let lines = cluster.json_log(1);
     let line = lines
         .iter()
         .find(|line| line["fields"]["message"] == "threads")
         .unwrap_or_else(|| panic!("no \"threads\" line: {lines:?}"));
+    line["fields"].clone()
+}
+
+/// The thread counts a node started with, from its "threads" log line.
+fn logged_threads(cluster: &harness::Cluster) -> (Value, Value) {
+    let fields = threads_line(cluster);
     (
-        line["fields"]["http_workers"].clone(),
-        line["fields"]["runtime_threads"].clone(),
+        fields["http_workers"].clone(),
+        fields["runtime_threads"].clone(),
     )
 }
 
@@ -468,12 +474,7 @@ async fn idle_polling_answers_lone_and_crowded_clients() {
         let flags = ["--log-format", "json", "--idle-poll-us", "2000"];
         let cluster = harness::Cluster::start_env(nodes, &flags, &info).await;
         let leader = cluster.wait_leader(None).await;
-        let polled = cluster
-            .json_log(1)
-            .into_iter()
-            .find(|line| line["fields"]["message"] == "threads")
-            .map(|line| line["fields"]["idle_poll_us"].clone());
-        assert_eq!(polled, Some(json!(2000)));
+        assert_eq!(threads_line(&cluster)["idle_poll_us"], json!(2000));
 
         // A lone client: each answer must come back well inside the timeout,
         // one request at a time.
