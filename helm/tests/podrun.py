@@ -47,11 +47,20 @@ def expand(text: str, env: dict[str, str]) -> str:
     return VAR_REF.sub(one, text)
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A port nothing listens on right now (bind port 0, then release it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on right now, never returned twice by this
+    process: the kernel may hand out a just-released port again, and a node given the
+    same API and peer port fails to bind (baton_chaos::ports in Rust says more)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def flag_names(args: list[str]) -> list[str]:

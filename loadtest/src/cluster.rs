@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use baton_chaos::ports::free_port;
 use clap::Args;
 use serde_json::{json, Value};
 
@@ -13,7 +14,7 @@ use crate::bench::{run_one, Ctx};
 use crate::markdown::{summarize, Summary};
 use crate::memory::upsert_section;
 use crate::probe::FsyncProbe;
-use crate::process::{free_port, Server};
+use crate::process::Server;
 use crate::report::Report;
 use crate::scenario::Scenario;
 

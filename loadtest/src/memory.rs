@@ -12,13 +12,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use baton_chaos::ports::free_port;
 use clap::Args;
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use serde::Serialize;
 
 use crate::exposition::{count, scrape};
 use crate::output::OutputArgs;
-use crate::process::{free_port, Server};
+use crate::process::Server;
 use crate::target::{Lease, Target, TargetKind};
 
 /// `memory` options.

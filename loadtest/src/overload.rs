@@ -21,11 +21,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use baton_chaos::ports::free_port;
 use clap::Args;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::process::{free_port, Server};
+use crate::process::Server;
 
 /// `overload` options.
 #[derive(Debug, Clone, Args)]

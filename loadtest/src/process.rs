@@ -1,19 +1,14 @@
 //! Starts and stops the servers under test (one etcd, one Baton) on free loopback
 //! ports with their data in a temporary directory.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use baton_chaos::ports::free_port;
 
 use crate::target::TargetKind;
-
-/// A free loopback port (bound then released; the caller binds it right away).
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
 
 /// A running server, killed on drop.
 pub struct Server {
@@ -227,6 +222,8 @@ fn parse_vm_rss(status: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use std::net::TcpListener;
+
     use super::*;
 
     #[test]

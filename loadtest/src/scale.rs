@@ -13,13 +13,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use baton_chaos::ports::free_port;
 use clap::Args;
 use serde::Serialize;
 
 use crate::exposition::{metric_sum, scrape};
 use crate::fill::{fill, Fill};
 use crate::output::OutputArgs;
-use crate::process::{free_port, Server};
+use crate::process::Server;
 use crate::report::Report;
 use crate::scenario::{self, RunArgs, Scenario};
 use crate::target::{Target, TargetKind};

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use baton_chaos::ports::free_port;
 use clap::Args;
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use serde::Serialize;
@@ -22,7 +23,7 @@ use serde::Serialize;
 use crate::exposition::{count, scrape};
 use crate::fill::{fill, Fill};
 use crate::output::OutputArgs;
-use crate::process::{free_port, Server};
+use crate::process::Server;
 use crate::report::Report;
 use crate::scenario::{self, RunArgs, Scenario};
 use crate::target::{Lease, Target, TargetKind};

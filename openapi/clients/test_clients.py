@@ -59,10 +59,20 @@ def baton_bin() -> str:
     return os.path.join(target, "debug", "baton")
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on right now, never returned twice by this
+    process: the kernel may hand out a just-released port again, and a node given the
+    same API and peer port fails to bind (baton_chaos::ports in Rust says more)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def run(command: list[str], what: str, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:

@@ -119,9 +119,13 @@ async fn free_listener() -> std::io::Result<TcpListener> {
     TcpListener::bind("127.0.0.1:0").await
 }
 
-async fn free_addr() -> std::io::Result<SocketAddr> {
-    // Bound and released: a small race with other programs, acceptable on loopback.
-    free_listener().await?.local_addr()
+/// A node's address: on a port [`crate::ports::free_port`] picked (the node binds
+/// it, is killed and binds it again, so the harness cannot hold it meanwhile).
+fn free_addr() -> std::io::Result<SocketAddr> {
+    Ok(SocketAddr::from((
+        [127, 0, 0, 1],
+        crate::ports::free_port()?,
+    )))
 }
 
 impl Cluster {
@@ -142,8 +146,8 @@ impl Cluster {
             let clock_file = cfg.dir.join(format!("clock-{id}"));
             nodes.push(Node {
                 id,
-                api: free_addr().await?,
-                raft: free_addr().await?,
+                api: free_addr()?,
+                raft: free_addr()?,
                 data_dir,
                 log_path: cfg.dir.join(format!("node-{id}.log")),
                 clock_file,

@@ -7,6 +7,7 @@ pub mod client;
 pub mod cluster;
 pub mod history;
 pub mod nemesis;
+pub mod ports;
 pub mod proxy;
 pub mod recorder;
 pub mod register;

@@ -1,7 +1,6 @@
 //! Real `baton` processes on loopback ports, for the multi-process tests.
 #![allow(dead_code)]
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,58 +65,10 @@ pub async fn exited(child: &mut Child, within: Duration) -> Option<std::process:
     .await
 }
 
-/// A free loopback port for a server to bind.
-///
-/// Picked at random below the kernel's ephemeral range and checked by binding
-/// it. A port from inside that range (bind to port 0, then release) could be
-/// handed to some test's outgoing connection before the server bound it, and a
-/// node then failed to start ("never became ready", seen once in a full run).
-/// Outgoing connections never use ports below the range, so only another
-/// test process's random pick can collide. Within this process a port is never
-/// handed out twice: a cluster test picks every port before it starts a node, and
-/// restarts nodes on ports it picked earlier, which a bind check cannot see.
+/// A free loopback port for a server to bind: below the kernel's ephemeral range
+/// and never handed out twice by this process (`baton_chaos::ports` says why).
 pub fn free_port() -> u16 {
-    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    let low = 20_000;
-    let high = ephemeral_range_start();
-    if high <= low + 1_000 {
-        // No room below the ephemeral range: fall back to the kernel's choice.
-        return TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-    }
-    loop {
-        let pick = low + (random_u64() % u64::from(high - low)) as u16;
-        let mut handed_out = HANDED_OUT.lock().unwrap();
-        if !handed_out.contains(&pick) && TcpListener::bind(("127.0.0.1", pick)).is_ok() {
-            handed_out.insert(pick);
-            return pick;
-        }
-    }
-}
-
-/// The first port of the kernel's ephemeral range (32768 when unknown).
-fn ephemeral_range_start() -> u16 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|text| text.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32_768)
-}
-
-/// A random number from the standard library's randomly keyed hasher (the tests
-/// need no other source of randomness).
-fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64),
-    );
-    hasher.finish()
+    baton_chaos::ports::free_port().expect("a free loopback port")
 }
 
 /// Starts a single-node server on `port` (its peer listener on a free port, so
