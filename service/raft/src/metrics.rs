@@ -484,6 +484,21 @@ impl Node {
             "Bytes of log entries appended on this node, as encoded: the snapshot schedule weighs them against the last snapshot's size.",
             &self.metrics.store.log_bytes_appended,
         );
+        out.counter_series(
+            "baton_log_entries_read_total",
+            "Log entries read back (to apply or replicate them), by where they came from: memory (the newest entries, right behind their append) or disk (older ones: a lagging follower, the log re-applied at start).",
+            &["source"],
+            &[
+                (
+                    vec!["memory".to_owned()],
+                    self.metrics.store.log_entries_read_from_memory.get(),
+                ),
+                (
+                    vec!["disk".to_owned()],
+                    self.metrics.store.log_entries_read_from_disk.get(),
+                ),
+            ],
+        );
         out.histogram(
             "baton_log_append_seconds",
             "Duration of one log append: a synced RocksDB write batch, fsync included.",

@@ -18,6 +18,8 @@
 //!
 //! - `log_store`: [`LogStore`], openraft's log storage: entries, the vote and the log
 //!   pointers, each append one synced write batch.
+//! - `log_tail`: the newest log entries in memory, so that openraft's reads of what
+//!   was just appended (apply, replication) skip RocksDB.
 //! - `state_machine_store`: [`StateMachineStore`], openraft's state machine: applies
 //!   batches to baton-core's machine in memory, tells the observer, installs snapshots.
 //! - `shared`: [`SharedState`], the applied state behind a lock for readers, and the
@@ -42,6 +44,7 @@ mod codec;
 mod db;
 mod error;
 mod log_store;
+mod log_tail;
 mod metrics;
 mod paced_sync;
 mod shared;

@@ -3,7 +3,7 @@
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{AnyError, OptionalSend, RaftLogReader, StorageIOError};
@@ -14,6 +14,7 @@ use serde::Serialize;
 use crate::codec::{self, decode, encode, log_key, LOG_KEY_END};
 use crate::db::{self, CF_LOG, CF_META, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE};
 use crate::error::StoreError;
+use crate::log_tail::{LogTail, TAIL_BYTES, TAIL_ENTRIES};
 use crate::metrics::StoreMetrics;
 use crate::stage_times;
 use crate::type_config::{Entry, LogId, LogState, StorageResult, TypeConfig, Vote};
@@ -45,13 +46,20 @@ use crate::Durability;
 /// openraft requires. Moving writes to a dedicated thread is a later
 /// optimisation that would have to keep that ordering.
 ///
-/// Cloning is cheap (the database is shared); the log reader handed to
-/// replication tasks is such a clone.
+/// # Reading back
+///
+/// The newest entries are also kept in memory ([`LogTail`]): openraft reads each
+/// entry back right after appending it (to apply it, and once per follower to
+/// replicate it), and those reads are served from there.
+///
+/// Cloning is cheap (the database and the tail are shared); the log reader
+/// handed to replication tasks is such a clone.
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<DB>,
     durability: Durability,
     metrics: Arc<StoreMetrics>,
+    tail: Arc<Mutex<LogTail>>,
 }
 
 impl Debug for LogStore {
@@ -68,7 +76,12 @@ impl LogStore {
             db,
             durability,
             metrics,
+            tail: Arc::new(Mutex::new(LogTail::new(TAIL_ENTRIES, TAIL_BYTES))),
         }
+    }
+
+    fn tail(&self) -> std::sync::MutexGuard<'_, LogTail> {
+        self.tail.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Options for the writes Raft needs on disk before they are acknowledged.
@@ -154,18 +167,23 @@ impl LogStore {
         // Trace spans only: when this append started, and its first and last index.
         let started = stage_times::recording().then(std::time::SystemTime::now);
         let mut indexes = None;
-        let mut count = 0;
+        let mut written = Vec::new();
         let mut bytes = 0;
         for entry in entries {
-            count += 1;
             let index = entry.log_id.index;
             indexes = Some((indexes.map_or(index, |(first, _)| first), index));
             let encoded = encode("log entry", &entry)?;
             bytes += encoded.len() as u64;
+            written.push((entry, encoded.len()));
             batch.put_cf(cf, log_key(index), encoded);
         }
         self.db.write_opt(batch, &self.durable_write())?;
-        self.metrics.entries_appended.add(count);
+        self.metrics.entries_appended.add(written.len() as u64);
+        let mut tail = self.tail();
+        for (entry, size) in written {
+            tail.appended(entry, size);
+        }
+        drop(tail);
         self.metrics.log_bytes_appended.add(bytes);
         if let (Some(started), Some((first, last))) = (started, indexes) {
             stage_times::appended(first, last, started);
@@ -174,6 +192,9 @@ impl LogStore {
     }
 
     fn delete_since(&self, index: u64) -> Result<(), StoreError> {
+        // The tail first: a read racing the delete then finds the entries on
+        // disk at worst, as it would without a tail.
+        self.tail().truncated(index);
         let cf = db::cf(&self.db, CF_LOG)?;
         let mut batch = WriteBatch::default();
         batch.delete_range_cf(cf, log_key(index).as_slice(), LOG_KEY_END.as_slice());
@@ -182,6 +203,7 @@ impl LogStore {
     }
 
     fn delete_upto(&self, log_id: &LogId) -> Result<(), StoreError> {
+        self.tail().purged(log_id.index);
         let log_cf = db::cf(&self.db, CF_LOG)?;
         let meta_cf = db::cf(&self.db, CF_META)?;
         let mut batch = WriteBatch::default();
@@ -233,7 +255,17 @@ impl RaftLogReader<TypeConfig> for LogStore {
         if end.is_some_and(|end| end <= start) {
             return Ok(Vec::new());
         }
-        self.read_range(start, end).map_err(read_logs_err)
+        if let Some(entries) = end.and_then(|end| self.tail().get(start, end)) {
+            self.metrics
+                .log_entries_read_from_memory
+                .add(entries.len() as u64);
+            return Ok(entries);
+        }
+        let entries = self.read_range(start, end).map_err(read_logs_err)?;
+        self.metrics
+            .log_entries_read_from_disk
+            .add(entries.len() as u64);
+        Ok(entries)
     }
 }
 

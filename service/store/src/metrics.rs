@@ -25,6 +25,12 @@ pub struct StoreMetrics {
     /// Bytes of those entries as written (encoded, before RocksDB's own
     /// framing): what the snapshot schedule weighs against a snapshot's size.
     pub log_bytes_appended: Counter,
+    /// Log entries openraft read back (to apply or replicate them) that were
+    /// still in memory, right behind their append.
+    pub log_entries_read_from_memory: Counter,
+    /// Log entries openraft read back from RocksDB: older than the in-memory tail
+    /// (a lagging follower, the log re-applied at start).
+    pub log_entries_read_from_disk: Counter,
     /// Snapshots this node built from its own state.
     pub snapshots_built: Counter,
     /// Duration of each snapshot build: encoding the state, writing and
@@ -46,6 +52,8 @@ impl Default for StoreMetrics {
             append: Histogram::new(DISK_SECONDS),
             entries_appended: Counter::new(),
             log_bytes_appended: Counter::new(),
+            log_entries_read_from_memory: Counter::new(),
+            log_entries_read_from_disk: Counter::new(),
             snapshots_built: Counter::new(),
             snapshot_build: Histogram::new(CALL_SECONDS),
             snapshot_bytes: AtomicU64::new(0),

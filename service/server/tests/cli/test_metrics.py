@@ -225,6 +225,9 @@ def test_a_scripted_workload_moves_every_metric_by_exactly_what_it_did(node):
     assert delta("baton_log_bytes_appended_total") >= 20 * entries
     assert delta("baton_log_append_seconds_count") == entries
     assert delta("baton_commit_apply_lag_seconds_count") == entries
+    # Applying them read each one back once, right behind its append: from memory.
+    assert delta("baton_log_entries_read_total", source="memory") == entries
+    assert delta("baton_log_entries_read_total", source="disk") == 0
 
     # Gauges: nothing waits now, one lease lives, with a TTL between 60 and 300 s.
     assert after[("baton_waiting_requests", labels())] == 0

@@ -4,6 +4,7 @@
 
 mod common;
 mod deferred_restore;
+mod log_tail;
 mod recovery;
 mod snapshot_order;
 mod storage_suite;
