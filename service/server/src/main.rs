@@ -338,10 +338,14 @@ fn runtime(cli: &Cli, idle_poll: &Arc<IdlePoll>) -> std::io::Result<tokio::runti
     let handle = Arc::new(std::sync::OnceLock::<tokio::runtime::Handle>::new());
     if !idle_poll.budget().is_zero() {
         let (idle_poll, handle) = (idle_poll.clone(), handle.clone());
+        let metrics = std::sync::OnceLock::new();
         builder.on_thread_park(move || {
             if let Some(handle) = handle.get() {
+                // Taken once: `Handle::metrics` clones the handle (an atomic
+                // count up and down on every look).
+                let metrics = metrics.get_or_init(|| handle.metrics());
                 // A task woken from an HTTP worker lands in the global queue.
-                idle_poll.before_park(|| handle.metrics().global_queue_depth() > 0);
+                idle_poll.before_park(|| metrics.global_queue_depth() > 0);
             }
         });
     }
