@@ -299,8 +299,8 @@ pub struct ServeArgs {
     #[arg(long, env = "BATON_RUNTIME_THREADS")]
     pub runtime_threads: Option<usize>,
     /// Microseconds a thread keeps polling for work before it sleeps, while this
-    /// node leads as its cluster's only voter: the runtime's worker, and an HTTP
-    /// worker while its request is the only one in progress. Waking a sleeping
+    /// node leads as its cluster's only voter and at most one request is in
+    /// progress: the runtime's worker and that request's HTTP worker. Waking a sleeping
     /// thread costs tens of microseconds on a virtual machine, twice per write,
     /// which a lone client waits for; polling spends otherwise idle CPU on not
     /// waiting (BENCHMARKS.md, "Idle polling"). 0 turns it off.
