@@ -24,11 +24,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from baton_ports import free_port
 
 VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 HOST_PORT = re.compile(r"(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?):(?P<port>[0-9]{1,5})\b")
@@ -45,22 +46,6 @@ def expand(text: str, env: dict[str, str]) -> str:
         return env.get(name, match.group(0))
 
     return VAR_REF.sub(one, text)
-
-
-_handed_out: set[int] = set()
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now, never returned twice by this
-    process: the kernel may hand out a just-released port again, and a node given the
-    same API and peer port fails to bind (baton_chaos::ports in Rust says more)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
 
 
 def flag_names(args: list[str]) -> list[str]:

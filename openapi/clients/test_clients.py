@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +39,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from baton_ports import free_port
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -57,22 +58,6 @@ def baton_bin() -> str:
         return explicit
     target = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/baton-target"))
     return os.path.join(target, "debug", "baton")
-
-
-_handed_out: set[int] = set()
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now, never returned twice by this
-    process: the kernel may hand out a just-released port again, and a node given the
-    same API and peer port fails to bind (baton_chaos::ports in Rust says more)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
 
 
 def run(command: list[str], what: str, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:

@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+
+from baton_ports import free_port
 
 HERE = Path(__file__).resolve().parent
 CHILD = str(HERE / "child.py")
@@ -43,22 +44,6 @@ def baton_bin() -> str:
         return explicit
     target = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/baton-target"))
     return os.path.join(target, "debug", "baton")
-
-
-_handed_out: set[int] = set()
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now, never returned twice by this
-    process: the kernel may hand out a just-released port again, and a node given the
-    same API and peer port fails to bind (baton_chaos::ports in Rust says more)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import free_port
+from baton_ports import free_port
 
 
 def test_free_port_never_hands_out_a_port_twice() -> None:
