@@ -56,6 +56,11 @@ impl IdlePoll {
         !self.budget.is_zero() && self.lone_voter.load(Ordering::Relaxed)
     }
 
+    /// At most one request is in progress on this node (counted while it may poll).
+    fn alone(&self) -> bool {
+        self.requests.load(Ordering::Relaxed) <= 1
+    }
+
     /// For the runtime's `on_thread_park` hook: while this node may poll and at
     /// most one request is in progress, spins until `has_work` says a task was
     /// scheduled from another thread or the budget is spent; whether it did.
@@ -92,13 +97,6 @@ impl IdlePoll {
             }
             tokio::task::yield_now().await;
         }
-    }
-}
-
-impl IdlePoll {
-    /// At most one request is in progress on this node (counted while it may poll).
-    fn alone(&self) -> bool {
-        self.requests.load(Ordering::Relaxed) <= 1
     }
 }
 

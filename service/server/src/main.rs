@@ -334,16 +334,14 @@ fn main() -> anyhow::Result<ExitCode> {
 fn runtime(cli: &Cli, idle_poll: &Arc<IdlePoll>) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
-    // The hook needs the runtime's handle, which exists only once it is built.
-    let handle = Arc::new(std::sync::OnceLock::<tokio::runtime::Handle>::new());
+    // The hook reads the runtime's metrics, which exist only once it is built.
+    // Kept, not taken per look: `Handle::metrics` clones the handle (an atomic
+    // count up and down every time).
+    let metrics = Arc::new(std::sync::OnceLock::<tokio::runtime::RuntimeMetrics>::new());
     if !idle_poll.budget().is_zero() {
-        let (idle_poll, handle) = (idle_poll.clone(), handle.clone());
-        let metrics = std::sync::OnceLock::new();
+        let (idle_poll, metrics) = (idle_poll.clone(), metrics.clone());
         builder.on_thread_park(move || {
-            if let Some(handle) = handle.get() {
-                // Taken once: `Handle::metrics` clones the handle (an atomic
-                // count up and down on every look).
-                let metrics = metrics.get_or_init(|| handle.metrics());
+            if let Some(metrics) = metrics.get() {
                 // A task woken from an HTTP worker lands in the global queue.
                 idle_poll.before_park(|| metrics.global_queue_depth() > 0);
             }
@@ -357,7 +355,7 @@ fn runtime(cli: &Cli, idle_poll: &Arc<IdlePoll>) -> std::io::Result<tokio::runti
         }
     }
     let runtime = builder.build()?;
-    let _ = handle.set(runtime.handle().clone());
+    let _ = metrics.set(runtime.metrics());
     Ok(runtime)
 }
 
