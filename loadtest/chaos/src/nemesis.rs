@@ -137,6 +137,48 @@ pub struct ScheduleParams {
     pub ttl_ms: u64,
     /// Raft election timeout.
     pub election_timeout_ms: u64,
+    /// How long a paused worker sleeps, in lease TTLs: `(from, to)` halves of
+    /// a TTL, `to` excluded. Any pause over one TTL outlives the worker's lease;
+    /// the skip-fencing control pauses longer so that another worker has time
+    /// to take the key and write under it before the sleeper wakes
+    /// ([`WorkerPauses::for_run`]).
+    pub worker_pause: WorkerPauses,
+}
+
+/// How long paused workers sleep: `from..to` halves of the lease TTL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerPauses {
+    /// Shortest pause, in halves of a TTL.
+    pub from_half_ttls: u64,
+    /// Longest pause (excluded), in halves of a TTL.
+    pub to_half_ttls: u64,
+}
+
+impl WorkerPauses {
+    /// 1.5-3 TTLs, or 3-5 for the skip-fencing control. A stale write shows in
+    /// the fenced register only if someone wrote with a newer token first:
+    /// after the sleeper's lease ends (one TTL) another worker must notice,
+    /// take the key and sleep a quarter TTL before its first write. With 1.5-3
+    /// TTLs that race was lost by 70 ms in a CI run (the control went
+    /// uncaught); with 3-5 the newer holder has at least a TTL and a half.
+    pub fn for_run(skip_fencing: bool) -> WorkerPauses {
+        if skip_fencing {
+            WorkerPauses {
+                from_half_ttls: 6,
+                to_half_ttls: 10,
+            }
+        } else {
+            WorkerPauses {
+                from_half_ttls: 3,
+                to_half_ttls: 6,
+            }
+        }
+    }
+
+    /// The range of pause lengths in ms for leases of `ttl_ms`.
+    pub fn range_ms(self, ttl_ms: u64) -> std::ops::Range<u64> {
+        ttl_ms * self.from_half_ttls / 2..ttl_ms * self.to_half_ttls / 2
+    }
 }
 
 /// The schedule: `(gap before the fault in ms, fault)`. Same seed, same schedule;
@@ -172,7 +214,7 @@ pub fn schedule(p: &ScheduleParams, families: &[FaultFamily]) -> Vec<(u64, Fault
                 } else {
                     Fault::PauseWorker {
                         worker: rng.gen_range(1..=p.workers.max(1)),
-                        ms: rng.gen_range(p.ttl_ms * 3 / 2..p.ttl_ms * 3),
+                        ms: rng.gen_range(p.worker_pause.range_ms(p.ttl_ms)),
                     }
                 }
             }
@@ -488,6 +530,7 @@ mod tests {
             workers: 6,
             ttl_ms: 1_500,
             election_timeout_ms: 500,
+            worker_pause: WorkerPauses::for_run(false),
         }
     }
 
@@ -503,6 +546,36 @@ mod tests {
         assert!(a.len() > 5);
         assert_eq!(a, schedule(&params(7), &all));
         assert_ne!(a, schedule(&params(8), &all));
+    }
+
+    #[test]
+    fn the_skip_fencing_control_pauses_workers_for_three_to_five_ttls() {
+        let worker_pauses = |skip_fencing| {
+            let p = ScheduleParams {
+                worker_pause: WorkerPauses::for_run(skip_fencing),
+                ..params(3)
+            };
+            schedule(&p, &[FaultFamily::Pause])
+                .into_iter()
+                .filter_map(|(_, f)| match f {
+                    Fault::PauseWorker { ms, .. } => Some(ms),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let (usual, control) = (worker_pauses(false), worker_pauses(true));
+        assert!(
+            usual.len() > 3 && control.len() > 3,
+            "{usual:?} {control:?}"
+        );
+        assert!(
+            usual.iter().all(|ms| (2_250..4_500).contains(ms)),
+            "{usual:?}"
+        );
+        assert!(
+            control.iter().all(|ms| (4_500..7_500).contains(ms)),
+            "{control:?}"
+        );
     }
 
     #[test]

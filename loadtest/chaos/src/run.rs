@@ -16,7 +16,9 @@ use crate::check::{self, CheckInput, LinearizableConfig, Status, Verdict, FINAL_
 use crate::client::BatonClient;
 use crate::cluster::{Cluster, ClusterConfig};
 use crate::history::{self, Op, Outcome};
-use crate::nemesis::{schedule, FaultFamily, Nemesis, NemesisEvent, NemesisLog, ScheduleParams};
+use crate::nemesis::{
+    schedule, FaultFamily, Nemesis, NemesisEvent, NemesisLog, ScheduleParams, WorkerPauses,
+};
 use crate::recorder::Recorder;
 use crate::register::{AcceptedWrite, FencedRegister};
 use crate::worker::{read_key, Worker, WorkerConfig};
@@ -183,6 +185,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Report> {
             workers: cfg.workers,
             ttl_ms: cfg.ttl_ms,
             election_timeout_ms: cfg.election_timeout_ms,
+            worker_pause: WorkerPauses::for_run(cfg.unsafe_skip_fencing),
         },
         &cfg.faults,
     );
