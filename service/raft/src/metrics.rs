@@ -501,7 +501,7 @@ impl Node {
         );
         out.histogram(
             "baton_log_append_seconds",
-            "Duration of one log append: a synced RocksDB write batch, fsync included.",
+            "Duration of one log append, from its call to the entries being on disk: queued writes ahead of it, then a synced RocksDB write batch, fsync included.",
             &self.metrics.store.append,
         );
         out.histogram(

@@ -33,6 +33,13 @@ pub enum StoreError {
     /// The snapshot thread ended without a result (it panicked).
     #[error("the snapshot thread stopped before it finished")]
     BuilderStopped,
+    /// The log's writer thread could not be started.
+    #[error("cannot start the log writer thread: {0}")]
+    WriterThread(#[source] std::io::Error),
+    /// The log's writer thread is gone (the store is shutting down, or it
+    /// panicked), so a write was not carried out.
+    #[error("the log writer has stopped")]
+    WriterStopped,
     /// A value could not be serialized.
     #[error("cannot encode {what}: {source}")]
     Encode {

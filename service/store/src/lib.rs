@@ -45,6 +45,7 @@ mod db;
 mod error;
 mod log_store;
 mod log_tail;
+mod log_writer;
 mod metrics;
 mod paced_sync;
 mod shared;
@@ -109,5 +110,5 @@ pub fn open_with(
         durability,
         metrics.clone(),
     )?;
-    Ok((LogStore::new(db, durability, metrics), state_machine))
+    Ok((LogStore::new(db, durability, metrics)?, state_machine))
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{AnyError, OptionalSend, RaftLogReader, StorageIOError};
-use rocksdb::{Direction, IteratorMode, WriteBatch, WriteOptions, DB};
+use rocksdb::{Direction, IteratorMode, WriteBatch, DB};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -15,6 +15,7 @@ use crate::codec::{self, decode, encode, log_key, LOG_KEY_END};
 use crate::db::{self, CF_LOG, CF_META, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE};
 use crate::error::StoreError;
 use crate::log_tail::{LogTail, TAIL_BYTES, TAIL_ENTRIES};
+use crate::log_writer::LogWriter;
 use crate::metrics::StoreMetrics;
 use crate::stage_times;
 use crate::type_config::{Entry, LogId, LogState, StorageResult, TypeConfig, Vote};
@@ -38,28 +39,34 @@ use crate::Durability;
 /// - `truncate` and `purge` are single atomic write batches (a range delete,
 ///   plus the new last purged id for `purge`), so a crash never leaves a hole.
 ///
-/// # Blocking
+/// # Writing in order, off the Raft core
 ///
-/// The RocksDB calls are synchronous and run on the calling task: a synced write
-/// blocks the tokio worker for about one fsync (~1 ms here). openraft 0.9 runs
-/// log I/O inline in its core task, so this also serializes all writes, as
-/// openraft requires. Moving writes to a dedicated thread is a later
-/// optimisation that would have to keep that ordering.
+/// Every write goes to one [`LogWriter`] thread, which carries them out in the
+/// order they were submitted (Raft needs the log's writes in order) and syncs
+/// the ones that queued together once. `append` returns as soon as its write is
+/// queued and reports the flush through openraft's callback; `save_vote`,
+/// `truncate` and `purge` wait for theirs; `save_committed` only queues it.
+/// So no fsync blocks the runtime worker that runs openraft's core, and the
+/// patched core (vendor/openraft) replicates a leader's entries while its own
+/// append syncs.
 ///
 /// # Reading back
 ///
-/// The newest entries are also kept in memory ([`LogTail`]): openraft reads each
-/// entry back right after appending it (to apply it, and once per follower to
-/// replicate it), and those reads are served from there.
+/// The newest entries are also kept in memory ([`LogTail`]), from the moment
+/// `append` is called: openraft reads each entry back right after appending it
+/// (to apply it, and once per follower to replicate it, before the leader's
+/// own sync is done), and those reads are served from there. A read the tail
+/// cannot serve first waits for the queued writes, so the disk has everything
+/// appended before it.
 ///
 /// Cloning is cheap (the database and the tail are shared); the log reader
 /// handed to replication tasks is such a clone.
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<DB>,
-    durability: Durability,
     metrics: Arc<StoreMetrics>,
     tail: Arc<Mutex<LogTail>>,
+    writer: Arc<LogWriter>,
 }
 
 impl Debug for LogStore {
@@ -71,22 +78,21 @@ impl Debug for LogStore {
 }
 
 impl LogStore {
-    pub(crate) fn new(db: Arc<DB>, durability: Durability, metrics: Arc<StoreMetrics>) -> Self {
-        LogStore {
+    pub(crate) fn new(
+        db: Arc<DB>,
+        durability: Durability,
+        metrics: Arc<StoreMetrics>,
+    ) -> Result<Self, StoreError> {
+        Ok(LogStore {
+            writer: LogWriter::start(db.clone(), durability)?,
             db,
-            durability,
             metrics,
             tail: Arc::new(Mutex::new(LogTail::new(TAIL_ENTRIES, TAIL_BYTES))),
-        }
+        })
     }
 
     fn tail(&self) -> std::sync::MutexGuard<'_, LogTail> {
         self.tail.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Options for the writes Raft needs on disk before they are acknowledged.
-    fn durable_write(&self) -> WriteOptions {
-        db::write_options(self.durability, true)
     }
 
     fn get_meta<T: DeserializeOwned>(
@@ -101,16 +107,17 @@ impl LogStore {
         }
     }
 
-    fn put_meta<T: Serialize>(
+    /// A batch that puts `value` under `key` in `meta`.
+    fn meta_batch<T: Serialize>(
         &self,
         key: &[u8],
         what: &'static str,
         value: &T,
-        opts: &WriteOptions,
-    ) -> Result<(), StoreError> {
+    ) -> Result<WriteBatch, StoreError> {
         let cf = db::cf(&self.db, CF_META)?;
-        self.db.put_cf_opt(cf, key, encode(what, value)?, opts)?;
-        Ok(())
+        let mut batch = WriteBatch::default();
+        batch.put_cf(cf, key, encode(what, value)?);
+        Ok(batch)
     }
 
     fn last_purged(&self) -> Result<Option<LogId>, StoreError> {
@@ -161,48 +168,61 @@ impl LogStore {
         Ok(entries)
     }
 
-    fn write_entries(&self, entries: impl IntoIterator<Item = Entry>) -> Result<(), StoreError> {
+    /// Puts `entries` in the tail, where reads find them at once, and queues
+    /// their write; `flushed` runs once they are on disk.
+    fn write_entries(
+        &self,
+        entries: impl IntoIterator<Item = Entry>,
+        flushed: LogFlushed<TypeConfig>,
+    ) -> Result<(), StoreError> {
         let cf = db::cf(&self.db, CF_LOG)?;
         let mut batch = WriteBatch::default();
         // Trace spans only: when this append started, and its first and last index.
         let started = stage_times::recording().then(std::time::SystemTime::now);
         let mut indexes = None;
-        let mut written = Vec::new();
+        let mut encoded_entries = Vec::new();
         let mut bytes = 0;
         for entry in entries {
             let index = entry.log_id.index;
             indexes = Some((indexes.map_or(index, |(first, _)| first), index));
             let encoded = encode("log entry", &entry)?;
             bytes += encoded.len() as u64;
-            written.push((entry, encoded.len()));
+            encoded_entries.push((entry, encoded.len()));
             batch.put_cf(cf, log_key(index), encoded);
         }
-        self.db.write_opt(batch, &self.durable_write())?;
-        self.metrics.entries_appended.add(written.len() as u64);
-        let mut tail = self.tail();
-        for (entry, size) in written {
-            tail.appended(entry, size);
-        }
-        drop(tail);
-        self.metrics.log_bytes_appended.add(bytes);
-        if let (Some(started), Some((first, last))) = (started, indexes) {
-            stage_times::appended(first, last, started);
-        }
+        let count = encoded_entries.len() as u64;
+        self.tail().appended_all(encoded_entries);
+        let metrics = self.metrics.clone();
+        let queued = std::time::Instant::now();
+        self.writer.submit(
+            batch,
+            true,
+            Box::new(move |written| {
+                metrics.append.observe_duration(queued.elapsed());
+                if written.is_ok() {
+                    metrics.entries_appended.add(count);
+                    metrics.log_bytes_appended.add(bytes);
+                    if let (Some(started), Some((first, last))) = (started, indexes) {
+                        stage_times::appended(first, last, started);
+                    }
+                }
+                flushed.log_io_completed(written.map_err(|e| io::Error::other(e.to_string())));
+            }),
+        );
         Ok(())
     }
 
-    fn delete_since(&self, index: u64) -> Result<(), StoreError> {
+    async fn delete_since(&self, index: u64) -> Result<(), StoreError> {
         // The tail first: a read racing the delete then finds the entries on
         // disk at worst, as it would without a tail.
         self.tail().truncated(index);
         let cf = db::cf(&self.db, CF_LOG)?;
         let mut batch = WriteBatch::default();
         batch.delete_range_cf(cf, log_key(index).as_slice(), LOG_KEY_END.as_slice());
-        self.db.write_opt(batch, &self.durable_write())?;
-        Ok(())
+        self.writer.write(batch, true).await
     }
 
-    fn delete_upto(&self, log_id: &LogId) -> Result<(), StoreError> {
+    async fn delete_upto(&self, log_id: &LogId) -> Result<(), StoreError> {
         self.tail().purged(log_id.index);
         let log_cf = db::cf(&self.db, CF_LOG)?;
         let meta_cf = db::cf(&self.db, CF_META)?;
@@ -221,8 +241,7 @@ impl LogStore {
             }
             None => batch.delete_range_cf(log_cf, log_key(0).as_slice(), LOG_KEY_END.as_slice()),
         }
-        self.db.write_opt(batch, &self.durable_write())?;
-        Ok(())
+        self.writer.write(batch, true).await
     }
 }
 
@@ -261,6 +280,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
                 .add(entries.len() as u64);
             return Ok(entries);
         }
+        self.writer.caught_up().await;
         let entries = self.read_range(start, end).map_err(read_logs_err)?;
         self.metrics
             .log_entries_read_from_disk
@@ -273,6 +293,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> StorageResult<LogState> {
+        self.writer.caught_up().await;
         self.log_state().map_err(read_logs_err)
     }
 
@@ -281,11 +302,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> StorageResult<()> {
-        self.put_meta(KEY_VOTE, "vote", vote, &self.durable_write())
+        let batch = self
+            .meta_batch(KEY_VOTE, "vote", vote)
+            .map_err(|e| StorageIOError::write_vote(&e))?;
+        self.writer
+            .write(batch, true)
+            .await
             .map_err(|e| StorageIOError::write_vote(&e).into())
     }
 
     async fn read_vote(&mut self) -> StorageResult<Option<Vote>> {
+        self.writer.caught_up().await;
         self.get_meta(KEY_VOTE, "vote")
             .map_err(|e| StorageIOError::read_vote(&e).into())
     }
@@ -294,16 +321,24 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         if let Some(committed) = &committed {
             self.metrics.committed(committed.index);
         }
-        self.put_meta(
-            KEY_COMMITTED,
-            "committed log id",
-            &committed,
-            &db::write_options(self.durability, false),
-        )
-        .map_err(write_logs_err)
+        let batch = self
+            .meta_batch(KEY_COMMITTED, "committed log id", &committed)
+            .map_err(write_logs_err)?;
+        // Queued, not awaited: it needs no sync of its own (see Durability).
+        self.writer.submit(
+            batch,
+            false,
+            Box::new(|written| {
+                if let Err(error) = written {
+                    tracing::warn!(%error, "the committed log id was not saved");
+                }
+            }),
+        );
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> StorageResult<Option<LogId>> {
+        self.writer.caught_up().await;
         let committed: Option<Option<LogId>> = self
             .get_meta(KEY_COMMITTED, "committed log id")
             .map_err(read_logs_err)?;
@@ -315,31 +350,24 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let started = std::time::Instant::now();
-        let written = self.write_entries(entries);
-        self.metrics.append.observe_duration(started.elapsed());
-        match written {
-            Ok(()) => {
-                // The batch was written with sync: the entries are on disk.
-                callback.log_io_completed(Ok(()));
-                Ok(())
-            }
-            Err(e) => {
-                callback.log_io_completed(Err(io::Error::other(e.to_string())));
-                Err(write_logs_err(e))
-            }
-        }
+        // The callback runs on the writer thread once the batch is synced;
+        // an encoding error leaves it unsent, and openraft stops on the error
+        // returned here instead.
+        self.write_entries(entries, callback)
+            .map_err(write_logs_err)
     }
 
     async fn truncate(&mut self, log_id: LogId) -> StorageResult<()> {
         tracing::debug!(%log_id, "truncating log");
         self.delete_since(log_id.index)
+            .await
             .map_err(|e| StorageIOError::write_log_entry(log_id, AnyError::new(&e)).into())
     }
 
     async fn purge(&mut self, log_id: LogId) -> StorageResult<()> {
         tracing::debug!(%log_id, "purging log");
         self.delete_upto(&log_id)
+            .await
             .map_err(|e| StorageIOError::write_log_entry(log_id, AnyError::new(&e)).into())
     }
 }

@@ -72,6 +72,13 @@ impl LogTail {
         }
     }
 
+    /// [`appended`](Self::appended) for each `(entry, size)`, in order.
+    pub(crate) fn appended_all(&mut self, entries: impl IntoIterator<Item = (Entry, usize)>) {
+        for (entry, size) in entries {
+            self.appended(entry, size);
+        }
+    }
+
     /// Entries from `index` on were deleted from the log.
     pub(crate) fn truncated(&mut self, index: u64) {
         while self

@@ -16,8 +16,10 @@ const COMMITS_KEPT: usize = 1024;
 /// machine store and the snapshot builder of one node.
 #[derive(Debug)]
 pub struct StoreMetrics {
-    /// Duration of each `append` call: one synced RocksDB write batch (the fsync
-    /// included) for however many entries it carries.
+    /// Duration of each append, from openraft's call to the entries being on
+    /// disk: the wait behind writes queued before it on the log writer thread,
+    /// then its synced RocksDB write batch (fsync included, shared with the
+    /// writes queued beside it) for however many entries it carries.
     pub append: Histogram,
     /// Log entries appended (and synced) on this node: proposed here as leader
     /// or replicated from the leader.

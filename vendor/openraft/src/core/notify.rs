@@ -2,6 +2,7 @@ use crate::core::sm;
 use crate::raft::VoteResponse;
 use crate::replication;
 use crate::MessageSummary;
+use crate::LogId;
 use crate::RaftTypeConfig;
 use crate::Vote;
 
@@ -47,6 +48,18 @@ where C: RaftTypeConfig
         /// ith tick
         i: u64,
     },
+
+    /// Baton patch: the leader's own append of the entries up to `last_log_id`,
+    /// submitted without waiting (`RaftCore::submit_leader_append`), is on disk
+    /// (or failed). Only now does the leader count itself towards the quorum.
+    LocalLogFlushed {
+        /// The leader's vote when the append was submitted.
+        vote: Vote<C::NodeId>,
+        /// The last entry of the append.
+        last_log_id: LogId<C::NodeId>,
+        /// The storage's report.
+        result: Result<(), String>,
+    },
 }
 
 impl<C> Notify<C>
@@ -87,6 +100,13 @@ where C: RaftTypeConfig
             }
             Self::Tick { i } => {
                 format!("Tick {}", i)
+            }
+            Self::LocalLogFlushed {
+                vote,
+                last_log_id,
+                result,
+            } => {
+                format!("LocalLogFlushed: vote: {}, upto: {}, {:?}", vote, last_log_id, result)
             }
         }
     }

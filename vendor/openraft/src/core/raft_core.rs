@@ -730,6 +730,48 @@ where
         Ok(())
     }
 
+    /// Baton patch: submits the leader's own append without waiting for it to
+    /// be flushed, so that the `Replicate` commands queued after it send the
+    /// entries to followers while the leader's disk syncs (etcd's leader does
+    /// the same). The leader counts itself towards the quorum only when the
+    /// storage reports the flush ([`Notify::LocalLogFlushed`]), exactly as the
+    /// blocking path did after `append_to_log` returned, so an entry is never
+    /// committed on a quorum that includes a leader without it on disk.
+    ///
+    /// The storage must make the entries readable as soon as `append` returns
+    /// (replication reads them back) and must carry out its writes in the
+    /// order they were submitted, appends, truncations, purges and votes alike.
+    #[tracing::instrument(level = "debug", skip_all)]
+    pub(crate) async fn submit_leader_append<I>(
+        &mut self,
+        entries: I,
+        vote: Vote<C::NodeId>,
+        last_log_id: LogId<C::NodeId>,
+    ) -> Result<(), StorageError<C::NodeId>>
+    where
+        I: IntoIterator<Item = C::Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let (tx, rx) = C::AsyncRuntime::oneshot();
+        let callback = LogFlushed::new(LogIOId::new(vote.clone(), Some(last_log_id.clone())), tx);
+        self.log_store.append(entries, callback).await?;
+
+        let tx_notify = self.tx_notify.clone();
+        let _ = C::AsyncRuntime::spawn(async move {
+            let result = match rx.await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let _ = tx_notify.send(Notify::LocalLogFlushed {
+                vote,
+                last_log_id,
+                result,
+            });
+        });
+        Ok(())
+    }
+
     #[tracing::instrument(level = "debug", skip_all)]
     pub(crate) async fn apply_to_state_machine(
         &mut self,
@@ -1327,6 +1369,25 @@ where
                 }
             }
 
+            Notify::LocalLogFlushed {
+                vote,
+                last_log_id,
+                result,
+            } => {
+                if let Err(e) = result {
+                    let err = StorageIOError::write_logs(AnyError::error(e));
+                    return Err(Fatal::from(StorageError::from(err)));
+                }
+                // A flush reported after the vote changed counts for nothing:
+                // the new term's leader (this node again, or not) tracks its
+                // own progress.
+                if self.engine.leader.as_ref().is_some_and(|l| l.vote == vote) {
+                    if let Ok(mut lh) = self.engine.leader_handler() {
+                        lh.replication_handler().update_local_progress(Some(last_log_id));
+                    }
+                }
+            }
+
             Notify::Network { response } => {
                 //
                 match response {
@@ -1636,6 +1697,14 @@ where
             Command::AppendInputEntries { vote, entries } => {
                 let last_log_id = entries.last().unwrap().get_log_id().clone();
                 tracing::debug!("AppendInputEntries: {}", DisplaySlice::<_>(&entries),);
+
+                // Baton patch: a leader with peers does not wait for its own
+                // flush before replicating (see `submit_leader_append`).
+                let leading = self.engine.leader.as_ref().is_some_and(|l| l.vote == vote);
+                if leading && !self.replications.is_empty() {
+                    self.submit_leader_append(entries, vote, last_log_id).await?;
+                    return Ok(None);
+                }
 
                 self.append_to_log(entries, vote, last_log_id.clone()).await?;
 

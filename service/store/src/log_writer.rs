@@ -1,0 +1,218 @@
+//! The log's writes, carried out in order on a thread of their own.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use rocksdb::{WriteBatch, DB};
+
+use crate::db;
+use crate::error::StoreError;
+use crate::Durability;
+
+/// What to do once a write is done (on disk, when it asked for a sync).
+pub(crate) type WriteDone = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
+
+/// One write batch and whether it must be synced before `done` runs.
+struct Write {
+    batch: WriteBatch,
+    sync: bool,
+    done: WriteDone,
+}
+
+/// Carries out the log store's writes (appends, truncations, purges, the vote,
+/// the committed id) on a thread of its own, in the order they were submitted.
+///
+/// Why a thread: the patched openraft (vendor/openraft) lets a leader replicate
+/// entries while its own append syncs, and the sync must then not run on the
+/// Raft core's task (one runtime worker per node by default: it would stop
+/// every task, the replication streams included). Why one thread: Raft needs
+/// the log's writes in order, and RocksDB's write-ahead log is one ordered file,
+/// so writes that queued behind a sync are written together and made durable
+/// by one sync (group commit).
+pub(crate) struct LogWriter {
+    queue: Mutex<Option<std::sync::mpsc::Sender<Write>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    submitted: AtomicU64,
+    /// How many submitted writes are done, for readers that must see them.
+    done: tokio::sync::watch::Sender<u64>,
+}
+
+impl LogWriter {
+    /// Starts the writer thread for `db`.
+    pub(crate) fn start(db: Arc<DB>, durability: Durability) -> Result<Arc<Self>, StoreError> {
+        let (queue, jobs) = std::sync::mpsc::channel();
+        let (done, _) = tokio::sync::watch::channel(0);
+        let writer = Arc::new(LogWriter {
+            queue: Mutex::new(Some(queue)),
+            thread: Mutex::new(None),
+            submitted: AtomicU64::new(0),
+            done,
+        });
+        let progress = writer.done.clone();
+        let thread = std::thread::Builder::new()
+            .name("baton-log-writer".to_owned())
+            .spawn(move || write_in_order(&db, durability, &jobs, &progress))
+            .map_err(StoreError::WriterThread)?;
+        *writer.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
+        Ok(writer)
+    }
+
+    /// Queues `batch`; `done` runs on the writer thread once it is written
+    /// (and synced, with `sync`), after every write submitted before it.
+    pub(crate) fn submit(&self, batch: WriteBatch, sync: bool, done: WriteDone) {
+        let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let write = Write { batch, sync, done };
+        match queue.as_ref() {
+            Some(queue) => {
+                self.submitted.fetch_add(1, Ordering::SeqCst);
+                if let Err(unsent) = queue.send(write) {
+                    (unsent.0.done)(Err(StoreError::WriterStopped));
+                }
+            }
+            None => (write.done)(Err(StoreError::WriterStopped)),
+        }
+    }
+
+    /// Writes `batch` after everything submitted before it and waits for it.
+    pub(crate) async fn write(&self, batch: WriteBatch, sync: bool) -> Result<(), StoreError> {
+        let (tell, told) = tokio::sync::oneshot::channel();
+        self.submit(
+            batch,
+            sync,
+            Box::new(move |result| {
+                let _ = tell.send(result);
+            }),
+        );
+        told.await.map_err(|_| StoreError::WriterStopped)?
+    }
+
+    /// Waits until every write submitted so far is done: a read of the disk
+    /// after it sees them.
+    pub(crate) async fn caught_up(&self) {
+        let target = self.submitted.load(Ordering::SeqCst);
+        let mut done = self.done.subscribe();
+        // An error means the writer thread is gone, with nothing left to wait for.
+        let _ = done.wait_for(|done| *done >= target).await;
+    }
+
+    /// Stops taking writes, lets the thread finish the queued ones and joins it,
+    /// so that the database can be reopened right after.
+    fn stop(&self) {
+        drop(
+            self.queue
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread {
+            if thread.join().is_err() {
+                tracing::error!("the log writer thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for LogWriter {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The writer thread: takes every queued write at once, syncs only the last
+/// that asked for a sync (the ones before it are in the write-ahead log ahead
+/// of it), then reports them all done.
+fn write_in_order(
+    db: &DB,
+    durability: Durability,
+    jobs: &std::sync::mpsc::Receiver<Write>,
+    progress: &tokio::sync::watch::Sender<u64>,
+) {
+    let mut finished = 0u64;
+    while let Ok(first) = jobs.recv() {
+        let mut group = vec![first];
+        group.extend(jobs.try_iter());
+        let last_synced = group.iter().rposition(|w| w.sync);
+        let mut results = Vec::with_capacity(group.len());
+        let mut dones = Vec::with_capacity(group.len());
+        for (i, write) in group.into_iter().enumerate() {
+            let sync = last_synced == Some(i);
+            results.push(db.write_opt(write.batch, &db::write_options(durability, sync)));
+            dones.push(write.done);
+        }
+        // A sync that failed leaves the writes before it unsynced too.
+        let failed_sync = last_synced.and_then(|i| results[i].as_ref().err().cloned());
+        for (i, (result, done)) in results.into_iter().zip(dones).enumerate() {
+            let result = match (result, &failed_sync) {
+                (Err(e), _) => Err(StoreError::Rocks(e)),
+                (Ok(()), Some(e)) if last_synced.is_some_and(|s| i < s) => {
+                    Err(StoreError::Rocks(e.clone()))
+                }
+                (Ok(()), _) => Ok(()),
+            };
+            done(result);
+            finished += 1;
+        }
+        progress.send_replace(finished);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::db::{open_db, CF_META};
+
+    fn put(db: &DB, key: &[u8], value: &[u8]) -> WriteBatch {
+        let mut batch = WriteBatch::default();
+        batch.put_cf(db::cf(db, CF_META).unwrap(), key, value);
+        batch
+    }
+
+    #[tokio::test]
+    async fn writes_are_done_in_the_order_they_were_submitted() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open_db(dir.path()).unwrap();
+        let writer = LogWriter::start(db.clone(), Durability::Synced).unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        for i in 0..200u32 {
+            let order = order.clone();
+            let sync = i % 7 == 0;
+            writer.submit(
+                put(&db, b"k", &i.to_be_bytes()),
+                sync,
+                Box::new(move |r| {
+                    r.unwrap();
+                    order.lock().unwrap().push(i);
+                }),
+            );
+        }
+        writer.caught_up().await;
+        assert_eq!(*order.lock().unwrap(), (0..200).collect::<Vec<_>>());
+        let cf = db::cf(&db, CF_META).unwrap();
+        assert_eq!(
+            db.get_cf(cf, b"k").unwrap().unwrap(),
+            199u32.to_be_bytes(),
+            "the last write submitted is the last one written"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_write_is_readable_once_awaited_and_the_thread_stops_on_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open_db(dir.path()).unwrap();
+        let writer = LogWriter::start(db.clone(), Durability::Synced).unwrap();
+        writer.write(put(&db, b"vote", b"1"), true).await.unwrap();
+        let cf = db::cf(&db, CF_META).unwrap();
+        assert_eq!(db.get_cf(cf, b"vote").unwrap().unwrap(), b"1");
+        drop(writer);
+        // The thread held the other reference; joined, it let go of it.
+        assert_eq!(Arc::strong_count(&db), 1);
+    }
+}
