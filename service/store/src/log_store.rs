@@ -44,7 +44,10 @@ use crate::Durability;
 /// Every write goes to one [`LogWriter`] thread, which carries them out in the
 /// order they were submitted (Raft needs the log's writes in order) and syncs
 /// the ones that queued together once. `append` returns as soon as its write is
-/// queued and reports the flush through openraft's callback; `save_vote`,
+/// queued and reports the flush through openraft's callback (but an append
+/// openraft's core waits for, a follower's or a single node's, is written on
+/// the calling task when nothing is queued: the core would only wait for the
+/// hand-over to the writer and back); `save_vote`,
 /// `truncate` and `purge` wait for theirs; `save_committed` only queues it.
 /// So no fsync blocks the runtime worker that runs openraft's core, and the
 /// patched core (vendor/openraft) replicates a leader's entries while its own
@@ -194,21 +197,32 @@ impl LogStore {
         self.tail().appended_all(encoded_entries);
         let metrics = self.metrics.clone();
         let queued = std::time::Instant::now();
-        self.writer.submit(
-            batch,
-            true,
-            Box::new(move |written| {
-                metrics.append.observe_duration(queued.elapsed());
-                if written.is_ok() {
-                    metrics.entries_appended.add(count);
-                    metrics.log_bytes_appended.add(bytes);
-                    if let (Some(started), Some((first, last))) = (started, indexes) {
-                        stage_times::appended(first, last, started);
-                    }
+        let awaited = flushed.awaited();
+        let done = move |written: Result<(), StoreError>| {
+            metrics.append.observe_duration(queued.elapsed());
+            if written.is_ok() {
+                metrics.entries_appended.add(count);
+                metrics.log_bytes_appended.add(bytes);
+                if let (Some(started), Some((first, last))) = (started, indexes) {
+                    stage_times::appended(first, last, started);
                 }
-                flushed.log_io_completed(written.map_err(|e| io::Error::other(e.to_string())));
-            }),
-        );
+            }
+            flushed.log_io_completed(written.map_err(|e| io::Error::other(e.to_string())));
+        };
+        // A follower's or a single node's core waits for this flush anyway:
+        // written here, it is spared the hand-over to the writer and back.
+        let batch = if awaited {
+            match self.writer.write_here_if_idle(batch, true) {
+                Ok(written) => {
+                    done(written);
+                    return Ok(());
+                }
+                Err(batch) => batch,
+            }
+        } else {
+            batch
+        };
+        self.writer.submit(batch, true, Box::new(done));
         Ok(())
     }
 
@@ -324,16 +338,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let batch = self
             .meta_batch(KEY_COMMITTED, "committed log id", &committed)
             .map_err(write_logs_err)?;
-        // Queued, not awaited: it needs no sync of its own (see Durability).
-        self.writer.submit(
-            batch,
-            false,
-            Box::new(|written| {
-                if let Err(error) = written {
-                    tracing::warn!(%error, "the committed log id was not saved");
-                }
-            }),
-        );
+        // It needs no sync of its own (see Durability), so it is not waited
+        // for: written here when the writer is idle (a single node: otherwise
+        // the writer would still be busy with it when the next append comes,
+        // which then could not be written here either), queued otherwise.
+        let not_saved = |written: Result<(), StoreError>| {
+            if let Err(error) = written {
+                tracing::warn!(%error, "the committed log id was not saved");
+            }
+        };
+        match self.writer.write_here_if_idle(batch, false) {
+            Ok(written) => not_saved(written),
+            Err(batch) => self.writer.submit(batch, false, Box::new(not_saved)),
+        }
         Ok(())
     }
 

@@ -31,6 +31,8 @@ struct Write {
 /// so writes that queued behind a sync are written together and made durable
 /// by one sync (group commit).
 pub(crate) struct LogWriter {
+    db: Arc<DB>,
+    durability: Durability,
     queue: Mutex<Option<std::sync::mpsc::Sender<Write>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     submitted: AtomicU64,
@@ -44,6 +46,8 @@ impl LogWriter {
         let (queue, jobs) = std::sync::mpsc::channel();
         let (done, _) = tokio::sync::watch::channel(0);
         let writer = Arc::new(LogWriter {
+            db: db.clone(),
+            durability,
             queue: Mutex::new(Some(queue)),
             thread: Mutex::new(None),
             submitted: AtomicU64::new(0),
@@ -72,6 +76,30 @@ impl LogWriter {
             }
             None => (write.done)(Err(StoreError::WriterStopped)),
         }
+    }
+
+    /// Writes `batch` on the calling thread when nothing is queued or being
+    /// written (so the order holds) and returns how it went; hands `batch`
+    /// back otherwise, to be [submitted](Self::submit). For a caller that
+    /// would only wait for the writer: it saves the hand-over there and back.
+    pub(crate) fn write_here_if_idle(
+        &self,
+        batch: WriteBatch,
+        sync: bool,
+    ) -> Result<Result<(), StoreError>, WriteBatch> {
+        // Held through the write: nothing can be submitted meanwhile.
+        let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        if queue.is_none() {
+            return Ok(Err(StoreError::WriterStopped));
+        }
+        if self.submitted.load(Ordering::SeqCst) != *self.done.borrow() {
+            return Err(batch);
+        }
+        let options = db::write_options(self.durability, sync);
+        Ok(self
+            .db
+            .write_opt(batch, &options)
+            .map_err(StoreError::Rocks))
     }
 
     /// Writes `batch` after everything submitted before it and waits for it.
@@ -204,6 +232,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_write_is_done_here_only_when_nothing_is_queued() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open_db(dir.path()).unwrap();
+        let writer = LogWriter::start(db.clone(), Durability::Synced).unwrap();
+        assert!(writer
+            .write_here_if_idle(put(&db, b"k", b"1"), true)
+            .is_ok());
+        // A write whose completion blocks the writer thread until released.
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        writer.submit(
+            put(&db, b"k", b"2"),
+            true,
+            Box::new(move |r| {
+                r.unwrap();
+                hold.recv().unwrap();
+            }),
+        );
+        let handed_back = writer.write_here_if_idle(put(&db, b"k", b"3"), true);
+        assert!(handed_back.is_err(), "a write is under way: not here");
+        release.send(()).unwrap();
+        writer.caught_up().await;
+        let cf = db::cf(&db, CF_META).unwrap();
+        assert_eq!(db.get_cf(cf, b"k").unwrap().unwrap(), b"2");
+        assert!(writer
+            .write_here_if_idle(put(&db, b"k", b"4"), true)
+            .is_ok());
+        assert_eq!(db.get_cf(cf, b"k").unwrap().unwrap(), b"4");
+    }
+
+    #[tokio::test]
     async fn a_write_is_readable_once_awaited_and_the_thread_stops_on_drop() {
         let dir = tempfile::tempdir().unwrap();
         let db = open_db(dir.path()).unwrap();
@@ -212,7 +270,8 @@ mod tests {
         let cf = db::cf(&db, CF_META).unwrap();
         assert_eq!(db.get_cf(cf, b"vote").unwrap().unwrap(), b"1");
         drop(writer);
-        // The thread held the other reference; joined, it let go of it.
+        // The writer and its thread held the other references; joined, the
+        // thread let go of its own.
         assert_eq!(Arc::strong_count(&db), 1);
     }
 }

@@ -721,7 +721,7 @@ where
         let (tx, rx) = C::AsyncRuntime::oneshot();
         let log_io_id = LogIOId::new(vote, Some(last_log_id));
 
-        let callback = LogFlushed::new(log_io_id, tx);
+        let callback = LogFlushed::new(log_io_id, tx).awaited_by_core();
 
         self.log_store.append(entries, callback).await?;
         rx.await

@@ -17,6 +17,7 @@ where C: RaftTypeConfig
 {
     log_io_id: LogIOId<C::NodeId>,
     tx: OneshotSenderOf<C, Result<LogIOId<C::NodeId>, io::Error>>,
+    awaited: bool,
 }
 
 impl<C> LogFlushed<C>
@@ -26,7 +27,27 @@ where C: RaftTypeConfig
         log_io_id: LogIOId<C::NodeId>,
         tx: OneshotSenderOf<C, Result<LogIOId<C::NodeId>, io::Error>>,
     ) -> Self {
-        Self { log_io_id, tx }
+        Self {
+            log_io_id,
+            tx,
+            awaited: false,
+        }
+    }
+
+    /// Baton patch: marks a flush the Raft core waits for before it does
+    /// anything else (see [`Self::awaited`]).
+    pub(crate) fn awaited_by_core(mut self) -> Self {
+        self.awaited = true;
+        self
+    }
+
+    /// Baton patch: whether the Raft core waits for this flush before it runs
+    /// its next command (a follower's append, a single node's). A storage may
+    /// then write on the calling task, saving the hand-over to a writer and
+    /// back; an append it is not waited for (a leader's, which replicates
+    /// meanwhile) must not block the caller for its sync.
+    pub fn awaited(&self) -> bool {
+        self.awaited
     }
 
     /// Report log io completion event.
