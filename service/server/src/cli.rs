@@ -201,6 +201,11 @@ pub struct ServeArgs {
     /// write-ahead log, so a crash loses acknowledged writes. Never in production.
     #[arg(long, env = "BATON_UNSAFE_NO_FSYNC", hide = true)]
     pub unsafe_no_fsync: bool,
+    /// Tests only: a leader's own log append, which it replicates while the
+    /// append syncs, is held this long before it is written, so a test can tell
+    /// that the leader counts itself towards a quorum only once it is on disk.
+    #[arg(long, env = "BATON_UNSAFE_LEADER_APPEND_DELAY_MS", hide = true)]
+    pub unsafe_leader_append_delay_ms: Option<u64>,
     /// TTL of leases created without `ttl_ms`.
     #[arg(long, env = "BATON_DEFAULT_TTL_MS", default_value_t = 15_000)]
     pub default_ttl_ms: u64,
@@ -519,6 +524,9 @@ impl ServeArgs {
         config.peers = self.peer_map()?;
         config.join = self.join.clone();
         config.dial_overrides = parse_id_map("--peer-dial", self.peer_dial.as_deref())?;
+        if let Some(ms) = self.unsafe_leader_append_delay_ms {
+            config.durability = Durability::DelayedLeaderAppends(Duration::from_millis(ms));
+        }
         if self.unsafe_no_fsync {
             config.durability = Durability::UnsafeNoWal;
         }

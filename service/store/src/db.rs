@@ -68,8 +68,10 @@ pub(crate) fn synced() -> WriteOptions {
 /// database a restart finds is old but self-consistent).
 pub(crate) fn write_options(durability: crate::Durability, sync: bool) -> WriteOptions {
     match durability {
-        crate::Durability::Synced if sync => synced(),
-        crate::Durability::Synced => WriteOptions::default(),
+        crate::Durability::Synced | crate::Durability::DelayedLeaderAppends(_) if sync => synced(),
+        crate::Durability::Synced | crate::Durability::DelayedLeaderAppends(_) => {
+            WriteOptions::default()
+        }
         crate::Durability::UnsafeNoWal => {
             let mut opts = WriteOptions::default();
             opts.disable_wal(true);

@@ -94,6 +94,28 @@ pub enum Durability {
     /// log and vote writes skip RocksDB's WAL, so they are acknowledged while only
     /// in memory and a crash loses them. The safety checkers must catch it.
     UnsafeNoWal,
+    /// Testing only (`--unsafe-leader-append-delay-ms`): as [`Durability::Synced`],
+    /// but every append openraft's core does not wait for (a leader's own, which
+    /// it replicates meanwhile) is held this long before it is written. A test
+    /// can then tell that a leader counts itself towards a quorum only once its
+    /// own append is on disk.
+    DelayedLeaderAppends(std::time::Duration),
+}
+
+impl Durability {
+    /// Whether writes that must be durable are synced (all but the negative
+    /// control).
+    pub fn syncs(self) -> bool {
+        !matches!(self, Durability::UnsafeNoWal)
+    }
+
+    /// How long a leader's own append is held before it is written.
+    pub(crate) fn leader_append_hold(self) -> std::time::Duration {
+        match self {
+            Durability::DelayedLeaderAppends(hold) => hold,
+            _ => std::time::Duration::ZERO,
+        }
+    }
 }
 
 /// [`open`] with a chosen [`Durability`].

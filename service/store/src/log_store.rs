@@ -67,6 +67,8 @@ use crate::Durability;
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<DB>,
+    /// Testing only: how long a leader's own append is held before it is written.
+    leader_append_hold: std::time::Duration,
     metrics: Arc<StoreMetrics>,
     tail: Arc<Mutex<LogTail>>,
     writer: Arc<LogWriter>,
@@ -88,6 +90,7 @@ impl LogStore {
     ) -> Result<Self, StoreError> {
         Ok(LogStore {
             writer: LogWriter::start(db.clone(), durability)?,
+            leader_append_hold: durability.leader_append_hold(),
             db,
             metrics,
             tail: Arc::new(Mutex::new(LogTail::new(TAIL_ENTRIES, TAIL_BYTES))),
@@ -222,7 +225,12 @@ impl LogStore {
         } else {
             batch
         };
-        self.writer.submit(batch, true, Box::new(done));
+        let hold = if awaited {
+            std::time::Duration::ZERO
+        } else {
+            self.leader_append_hold
+        };
+        self.writer.submit_held(batch, true, hold, Box::new(done));
         Ok(())
     }
 
@@ -386,5 +394,95 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.delete_upto(&log_id)
             .await
             .map_err(|e| StorageIOError::write_log_entry(log_id, AnyError::new(&e)).into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use openraft::storage::RaftLogStorageExt;
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    use super::*;
+
+    fn blank(index: u64) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Blank,
+        }
+    }
+
+    fn indexes(entries: &[Entry]) -> Vec<u64> {
+        entries.iter().map(|e| e.log_id.index).collect()
+    }
+
+    /// What the patched openraft core relies on when a leader replicates its
+    /// entries while its own append syncs: they are readable as soon as
+    /// `append` returns, and the flush is reported only once they are written.
+    #[tokio::test]
+    async fn appended_entries_are_readable_before_their_flush_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _sm) = crate::open(dir.path()).unwrap();
+        log.blocking_append((1..=3).map(blank)).await.unwrap();
+
+        // The writer thread is held by a write ahead of the next append.
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        log.writer.submit(
+            WriteBatch::default(),
+            false,
+            Box::new(move |_| hold.recv().unwrap()),
+        );
+        let before = log.writer.submitted();
+        let mut appending = log.clone();
+        let append =
+            tokio::spawn(
+                async move { appending.blocking_append((4..=5).map(blank)).await.unwrap() },
+            );
+        while log.writer.submitted() == before {
+            tokio::task::yield_now().await;
+        }
+
+        let read = log.try_get_log_entries(4..6).await.unwrap();
+        assert_eq!(indexes(&read), [4, 5], "readable from the tail at once");
+        assert!(
+            log.read_range(4, None).unwrap().is_empty(),
+            "not written yet"
+        );
+        assert!(!append.is_finished(), "no flush reported before the write");
+
+        release.send(()).unwrap();
+        append.await.unwrap();
+        assert_eq!(indexes(&log.read_range(1, None).unwrap()), [1, 2, 3, 4, 5]);
+    }
+
+    /// A read the tail cannot serve waits for the queued writes, so the disk
+    /// has every entry appended before it.
+    #[tokio::test]
+    async fn a_read_past_the_tail_waits_for_the_queued_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, _sm) = crate::open(dir.path()).unwrap();
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        log.writer.submit(
+            WriteBatch::default(),
+            false,
+            Box::new(move |_| hold.recv().unwrap()),
+        );
+        let mut appending = log.clone();
+        let append =
+            tokio::spawn(
+                async move { appending.blocking_append((1..=3).map(blank)).await.unwrap() },
+            );
+        while log.writer.submitted() < 2 {
+            tokio::task::yield_now().await;
+        }
+        // Unbounded: the tail never serves it, so it must wait for the disk.
+        let mut reader = log.clone();
+        let read = tokio::spawn(async move { reader.try_get_log_entries(1..).await.unwrap() });
+        tokio::task::yield_now().await;
+        assert!(!read.is_finished());
+        release.send(()).unwrap();
+        append.await.unwrap();
+        assert_eq!(indexes(&read.await.unwrap()), [1, 2, 3]);
     }
 }

@@ -17,6 +17,9 @@ pub(crate) type WriteDone = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 struct Write {
     batch: WriteBatch,
     sync: bool,
+    /// Testing only: how long to wait before writing it
+    /// ([`Durability::DelayedLeaderAppends`]).
+    hold: std::time::Duration,
     done: WriteDone,
 }
 
@@ -65,8 +68,25 @@ impl LogWriter {
     /// Queues `batch`; `done` runs on the writer thread once it is written
     /// (and synced, with `sync`), after every write submitted before it.
     pub(crate) fn submit(&self, batch: WriteBatch, sync: bool, done: WriteDone) {
+        self.submit_held(batch, sync, std::time::Duration::ZERO, done);
+    }
+
+    /// [`submit`](Self::submit), with the write held `hold` before it is
+    /// carried out (testing only: [`Durability::DelayedLeaderAppends`]).
+    pub(crate) fn submit_held(
+        &self,
+        batch: WriteBatch,
+        sync: bool,
+        hold: std::time::Duration,
+        done: WriteDone,
+    ) {
         let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        let write = Write { batch, sync, done };
+        let write = Write {
+            batch,
+            sync,
+            hold,
+            done,
+        };
         match queue.as_ref() {
             Some(queue) => {
                 self.submitted.fetch_add(1, Ordering::SeqCst);
@@ -113,6 +133,12 @@ impl LogWriter {
             }),
         );
         told.await.map_err(|_| StoreError::WriterStopped)?
+    }
+
+    /// How many writes were submitted so far.
+    #[cfg(test)]
+    pub(crate) fn submitted(&self) -> u64 {
+        self.submitted.load(Ordering::SeqCst)
     }
 
     /// Waits until every write submitted so far is done: a read of the disk
@@ -165,6 +191,9 @@ fn write_in_order(
     while let Ok(first) = jobs.recv() {
         let mut group = vec![first];
         group.extend(jobs.try_iter());
+        if let Some(hold) = group.iter().map(|w| w.hold).max().filter(|h| !h.is_zero()) {
+            std::thread::sleep(hold);
+        }
         let last_synced = group.iter().rposition(|w| w.sync);
         let mut results = Vec::with_capacity(group.len());
         let mut dones = Vec::with_capacity(group.len());

@@ -392,7 +392,7 @@ impl SnapshotStore {
     /// Makes a fully received file ready to be committed as it is: synced
     /// (with synced durability), since its chunks were written without syncs.
     pub(crate) fn adopt_received(&self, path: PathBuf) -> Result<PathBuf, StoreError> {
-        if self.durability == crate::Durability::Synced {
+        if self.durability.syncs() {
             File::open(&path)
                 .and_then(|file| file.sync_all())
                 .map_err(|source| self.io(&path, source))?;
@@ -406,7 +406,7 @@ impl SnapshotStore {
         write: impl FnOnce(&mut BufWriter<PacedSync>) -> std::io::Result<()>,
     ) -> Result<PathBuf, StoreError> {
         let path = self.dir.join(format!("staged-{seq}.tmp"));
-        let synced = self.durability == crate::Durability::Synced;
+        let synced = self.durability.syncs();
         let result = (|| {
             let step = if synced { SYNC_STEP_BYTES } else { 0 };
             let file = PacedSync::new(File::create(&path)?, step);
@@ -447,7 +447,7 @@ impl SnapshotStore {
         };
         let path = self.dir.join(&record.file);
         std::fs::rename(staged, &path).map_err(|source| self.io(&path, source))?;
-        if self.durability == crate::Durability::Synced {
+        if self.durability.syncs() {
             File::open(&self.dir)
                 .and_then(|dir| dir.sync_all())
                 .map_err(|source| self.io(&self.dir, source))?;
