@@ -27,9 +27,14 @@ use crate::Durability;
 /// # Durability
 ///
 /// - [`RaftLogStorage::append`] writes all entries of one call in ONE write batch
-///   with `sync` set, and reports them flushed only after that write returned:
-///   one fsync per append call however many entries it carries, which is what
-///   makes proposal batching pay.
+///   and reports them flushed only once that batch is synced: one fsync per
+///   append call however many entries it carries, which is what makes proposal
+///   batching pay, and fewer when appends queue together on the writer (the
+///   last synced write of a group makes the ones before it in RocksDB's
+///   write-ahead log durable too).
+/// - After a write fails, every later one fails without being written
+///   ([`LogWriter`]), so a failed append never leaves a hole below entries
+///   written after it.
 /// - [`RaftLogStorage::save_vote`], [`RaftLogStorage::truncate`] and
 ///   [`RaftLogStorage::purge`] are synced before they return.
 /// - [`RaftLogStorage::save_committed`] is written without sync: it is called on
@@ -302,7 +307,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
                 .add(entries.len() as u64);
             return Ok(entries);
         }
-        self.writer.caught_up().await;
+        self.writer.caught_up().await.map_err(read_logs_err)?;
         let entries = self.read_range(start, end).map_err(read_logs_err)?;
         self.metrics
             .log_entries_read_from_disk
@@ -315,7 +320,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> StorageResult<LogState> {
-        self.writer.caught_up().await;
+        self.writer.caught_up().await.map_err(read_logs_err)?;
         self.log_state().map_err(read_logs_err)
     }
 
@@ -334,7 +339,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_vote(&mut self) -> StorageResult<Option<Vote>> {
-        self.writer.caught_up().await;
+        self.writer
+            .caught_up()
+            .await
+            .map_err(|e| StorageIOError::read_vote(&e))?;
         self.get_meta(KEY_VOTE, "vote")
             .map_err(|e| StorageIOError::read_vote(&e).into())
     }
@@ -363,7 +371,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> StorageResult<Option<LogId>> {
-        self.writer.caught_up().await;
+        self.writer.caught_up().await.map_err(read_logs_err)?;
         let committed: Option<Option<LogId>> = self
             .get_meta(KEY_COMMITTED, "committed log id")
             .map_err(read_logs_err)?;

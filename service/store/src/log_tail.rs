@@ -23,8 +23,10 @@ pub(crate) const TAIL_BYTES: usize = 8 << 20;
 /// A contiguous run of the log's newest entries, with each one's encoded size.
 ///
 /// It mirrors every write of the log store it belongs to (append, truncate,
-/// purge), after RocksDB took it, so whenever it holds an entry that entry is the
-/// one on disk at that index.
+/// purge) as the write is submitted, before the log writer carries it out, so
+/// whenever it holds an entry that entry is the one on disk at that index or
+/// the one queued to be written there (and a failed write stops the Raft core,
+/// so nothing is read from a tail ahead of a disk that will never catch up).
 #[derive(Debug)]
 pub(crate) struct LogTail {
     entries: VecDeque<(Entry, usize)>,

@@ -1,6 +1,6 @@
 //! The log's writes, carried out in order on a thread of their own.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
@@ -33,21 +33,29 @@ struct Write {
 /// the log's writes in order, and RocksDB's write-ahead log is one ordered file,
 /// so writes that queued behind a sync are written together and made durable
 /// by one sync (group commit).
+///
+/// After one write fails, every later one fails without being written: a log
+/// with entries written after a failed append would have a hole below them.
+/// (The Raft core stops on the failure, but it may have queued more appends
+/// before it hears of it.)
 pub(crate) struct LogWriter {
     db: Arc<DB>,
     durability: Durability,
     queue: Mutex<Option<std::sync::mpsc::Sender<Write>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     submitted: AtomicU64,
-    /// How many submitted writes are done, for readers that must see them.
-    done: tokio::sync::watch::Sender<u64>,
+    /// How many submitted writes are done, for readers that must see them;
+    /// closed when the thread ends.
+    done: tokio::sync::watch::Receiver<u64>,
+    failed: Arc<AtomicBool>,
 }
 
 impl LogWriter {
     /// Starts the writer thread for `db`.
     pub(crate) fn start(db: Arc<DB>, durability: Durability) -> Result<Arc<Self>, StoreError> {
         let (queue, jobs) = std::sync::mpsc::channel();
-        let (done, _) = tokio::sync::watch::channel(0);
+        let (progress, done) = tokio::sync::watch::channel(0);
+        let failed = Arc::new(AtomicBool::new(false));
         let writer = Arc::new(LogWriter {
             db: db.clone(),
             durability,
@@ -55,11 +63,11 @@ impl LogWriter {
             thread: Mutex::new(None),
             submitted: AtomicU64::new(0),
             done,
+            failed: failed.clone(),
         });
-        let progress = writer.done.clone();
         let thread = std::thread::Builder::new()
             .name("baton-log-writer".to_owned())
-            .spawn(move || write_in_order(&db, durability, &jobs, &progress))
+            .spawn(move || write_in_order(&db, durability, &jobs, &progress, &failed))
             .map_err(StoreError::WriterThread)?;
         *writer.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
         Ok(writer)
@@ -88,12 +96,14 @@ impl LogWriter {
             done,
         };
         match queue.as_ref() {
-            Some(queue) => {
-                self.submitted.fetch_add(1, Ordering::SeqCst);
-                if let Err(unsent) = queue.send(write) {
-                    (unsent.0.done)(Err(StoreError::WriterStopped));
+            // Counted only once sent (under the lock, so before anyone can
+            // compare it): a write the thread never got is never waited for.
+            Some(queue) => match queue.send(write) {
+                Ok(()) => {
+                    self.submitted.fetch_add(1, Ordering::SeqCst);
                 }
-            }
+                Err(unsent) => (unsent.0.done)(Err(StoreError::WriterStopped)),
+            },
             None => (write.done)(Err(StoreError::WriterStopped)),
         }
     }
@@ -102,6 +112,11 @@ impl LogWriter {
     /// written (so the order holds) and returns how it went; hands `batch`
     /// back otherwise, to be [submitted](Self::submit). For a caller that
     /// would only wait for the writer: it saves the hand-over there and back.
+    ///
+    /// Such a write is not counted in what [`caught_up`](Self::caught_up)
+    /// waits for: it is done before this returns, and its callers (the Raft
+    /// core's own awaited appends and its committed id) are the only ones that
+    /// could read it meanwhile.
     pub(crate) fn write_here_if_idle(
         &self,
         batch: WriteBatch,
@@ -109,17 +124,18 @@ impl LogWriter {
     ) -> Result<Result<(), StoreError>, WriteBatch> {
         // Held through the write: nothing can be submitted meanwhile.
         let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        if queue.is_none() {
+        if queue.is_none() || self.failed.load(Ordering::SeqCst) {
             return Ok(Err(StoreError::WriterStopped));
         }
         if self.submitted.load(Ordering::SeqCst) != *self.done.borrow() {
             return Err(batch);
         }
         let options = db::write_options(self.durability, sync);
-        Ok(self
-            .db
-            .write_opt(batch, &options)
-            .map_err(StoreError::Rocks))
+        let written = self.db.write_opt(batch, &options);
+        if written.is_err() {
+            self.failed.store(true, Ordering::SeqCst);
+        }
+        Ok(written.map_err(StoreError::Rocks))
     }
 
     /// Writes `batch` after everything submitted before it and waits for it.
@@ -142,12 +158,15 @@ impl LogWriter {
     }
 
     /// Waits until every write submitted so far is done: a read of the disk
-    /// after it sees them.
-    pub(crate) async fn caught_up(&self) {
+    /// after it sees them. An error when the writer thread ended first (it
+    /// panicked, or the store is shutting down).
+    pub(crate) async fn caught_up(&self) -> Result<(), StoreError> {
         let target = self.submitted.load(Ordering::SeqCst);
-        let mut done = self.done.subscribe();
-        // An error means the writer thread is gone, with nothing left to wait for.
-        let _ = done.wait_for(|done| *done >= target).await;
+        let mut done = self.done.clone();
+        done.wait_for(|done| *done >= target)
+            .await
+            .map(|_| ())
+            .map_err(|_| StoreError::WriterStopped)
     }
 
     /// Stops taking writes, lets the thread finish the queued ones and joins it,
@@ -180,12 +199,14 @@ impl Drop for LogWriter {
 
 /// The writer thread: takes every queued write at once, syncs only the last
 /// that asked for a sync (the ones before it are in the write-ahead log ahead
-/// of it), then reports them all done.
+/// of it), then reports them all done. Once a write failed, it writes nothing
+/// more and fails the rest.
 fn write_in_order(
     db: &DB,
     durability: Durability,
     jobs: &std::sync::mpsc::Receiver<Write>,
     progress: &tokio::sync::watch::Sender<u64>,
+    failed: &AtomicBool,
 ) {
     let mut finished = 0u64;
     while let Ok(first) = jobs.recv() {
@@ -195,21 +216,32 @@ fn write_in_order(
             std::thread::sleep(hold);
         }
         let last_synced = group.iter().rposition(|w| w.sync);
+        // `Err(None)`: not tried, because an earlier write failed.
         let mut results = Vec::with_capacity(group.len());
         let mut dones = Vec::with_capacity(group.len());
         for (i, write) in group.into_iter().enumerate() {
-            let sync = last_synced == Some(i);
-            results.push(db.write_opt(write.batch, &db::write_options(durability, sync)));
+            if failed.load(Ordering::SeqCst) {
+                results.push(Err(None));
+            } else {
+                let sync = last_synced == Some(i);
+                let written = db.write_opt(write.batch, &db::write_options(durability, sync));
+                if written.is_err() {
+                    failed.store(true, Ordering::SeqCst);
+                }
+                results.push(written.map_err(Some));
+            }
             dones.push(write.done);
         }
-        // A sync that failed leaves the writes before it unsynced too.
+        // A sync that failed (or was never tried) leaves the writes before it
+        // unsynced too.
         let failed_sync = last_synced.and_then(|i| results[i].as_ref().err().cloned());
         for (i, (result, done)) in results.into_iter().zip(dones).enumerate() {
+            let before_sync = last_synced.is_some_and(|s| i < s);
             let result = match (result, &failed_sync) {
-                (Err(e), _) => Err(StoreError::Rocks(e)),
-                (Ok(()), Some(e)) if last_synced.is_some_and(|s| i < s) => {
-                    Err(StoreError::Rocks(e.clone()))
-                }
+                (Err(Some(e)), _) => Err(StoreError::Rocks(e)),
+                (Err(None), _) => Err(StoreError::WriterStopped),
+                (Ok(()), Some(Some(e))) if before_sync => Err(StoreError::Rocks(e.clone())),
+                (Ok(()), Some(None)) if before_sync => Err(StoreError::WriterStopped),
                 (Ok(()), _) => Ok(()),
             };
             done(result);
@@ -250,7 +282,7 @@ mod tests {
                 }),
             );
         }
-        writer.caught_up().await;
+        writer.caught_up().await.unwrap();
         assert_eq!(*order.lock().unwrap(), (0..200).collect::<Vec<_>>());
         let cf = db::cf(&db, CF_META).unwrap();
         assert_eq!(
@@ -281,7 +313,7 @@ mod tests {
         let handed_back = writer.write_here_if_idle(put(&db, b"k", b"3"), true);
         assert!(handed_back.is_err(), "a write is under way: not here");
         release.send(()).unwrap();
-        writer.caught_up().await;
+        writer.caught_up().await.unwrap();
         let cf = db::cf(&db, CF_META).unwrap();
         assert_eq!(db.get_cf(cf, b"k").unwrap().unwrap(), b"2");
         assert!(writer

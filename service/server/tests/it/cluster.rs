@@ -1676,7 +1676,8 @@ async fn a_leader_counts_itself_towards_a_quorum_only_once_its_append_is_on_disk
     assert!(
         took >= HOLD,
         "a write committed after {took:?}, before the leader's own append \
-         (held {HOLD:?}) was on disk, with only one follower up"
+         (held {HOLD:?}) was on disk, with only one follower up (or the leader's \
+         appends no longer take the un-awaited path the hold applies to)"
     );
     assert_eq!(
         cluster.wait_leader(None).await,

@@ -58,7 +58,7 @@ where C: RaftTypeConfig
         /// The last entry of the append.
         last_log_id: LogId<C::NodeId>,
         /// The storage's report.
-        result: Result<(), String>,
+        result: Result<(), std::io::Error>,
     },
 }
 

@@ -760,8 +760,8 @@ where
         let _ = C::AsyncRuntime::spawn(async move {
             let result = match rx.await {
                 Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(e) => Err(e.to_string()),
+                Ok(Err(e)) => Err(e),
+                Err(e) => Err(std::io::Error::other(e.to_string())),
             };
             let _ = tx_notify.send(Notify::LocalLogFlushed {
                 vote,
@@ -1375,7 +1375,7 @@ where
                 result,
             } => {
                 if let Err(e) = result {
-                    let err = StorageIOError::write_logs(AnyError::error(e));
+                    let err = StorageIOError::write_logs(AnyError::new(&e));
                     return Err(Fatal::from(StorageError::from(err)));
                 }
                 // A flush reported after the vote changed counts for nothing:
