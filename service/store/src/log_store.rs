@@ -219,23 +219,13 @@ impl LogStore {
         };
         // A follower's or a single node's core waits for this flush anyway:
         // written here, it is spared the hand-over to the writer and back.
-        let batch = if awaited {
-            match self.writer.write_here_if_idle(batch, true) {
-                Ok(written) => {
-                    done(written);
-                    return Ok(());
-                }
-                Err(batch) => batch,
-            }
+        if awaited {
+            self.writer
+                .write_here_or_submit(batch, true, Box::new(done));
         } else {
-            batch
-        };
-        let hold = if awaited {
-            std::time::Duration::ZERO
-        } else {
-            self.leader_append_hold
-        };
-        self.writer.submit_held(batch, true, hold, Box::new(done));
+            let hold = self.leader_append_hold;
+            self.writer.submit_held(batch, true, hold, Box::new(done));
+        }
         Ok(())
     }
 
@@ -363,10 +353,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 tracing::warn!(%error, "the committed log id was not saved");
             }
         };
-        match self.writer.write_here_if_idle(batch, false) {
-            Ok(written) => not_saved(written),
-            Err(batch) => self.writer.submit(batch, false, Box::new(not_saved)),
-        }
+        self.writer
+            .write_here_or_submit(batch, false, Box::new(not_saved));
         Ok(())
     }
 

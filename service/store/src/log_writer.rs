@@ -109,15 +109,25 @@ impl LogWriter {
     }
 
     /// Writes `batch` on the calling thread when nothing is queued or being
-    /// written (so the order holds) and returns how it went; hands `batch`
-    /// back otherwise, to be [submitted](Self::submit). For a caller that
-    /// would only wait for the writer: it saves the hand-over there and back.
+    /// written (so the order holds), [submits](Self::submit) it otherwise;
+    /// `done` runs either way. For a caller that would only wait for the
+    /// writer: it saves the hand-over there and back.
     ///
-    /// Such a write is not counted in what [`caught_up`](Self::caught_up)
+    /// A write done here is not counted in what [`caught_up`](Self::caught_up)
     /// waits for: it is done before this returns, and its callers (the Raft
     /// core's own awaited appends and its committed id) are the only ones that
     /// could read it meanwhile.
-    pub(crate) fn write_here_if_idle(
+    pub(crate) fn write_here_or_submit(&self, batch: WriteBatch, sync: bool, done: WriteDone) {
+        match self.write_here_if_idle(batch, sync) {
+            Ok(written) => done(written),
+            Err(batch) => self.submit(batch, sync, done),
+        }
+    }
+
+    /// The first half of [`write_here_or_submit`](Self::write_here_or_submit):
+    /// how the write went when it was done here, `batch` back when the writer
+    /// is busy.
+    fn write_here_if_idle(
         &self,
         batch: WriteBatch,
         sync: bool,
@@ -130,12 +140,10 @@ impl LogWriter {
         if self.submitted.load(Ordering::SeqCst) != *self.done.borrow() {
             return Err(batch);
         }
-        let options = db::write_options(self.durability, sync);
-        let written = self.db.write_opt(batch, &options);
-        if written.is_err() {
-            self.failed.store(true, Ordering::SeqCst);
-        }
-        Ok(written.map_err(StoreError::Rocks))
+        Ok(
+            write_one(&self.db, self.durability, batch, sync, &self.failed)
+                .map_err(StoreError::Rocks),
+        )
     }
 
     /// Writes `batch` after everything submitted before it and waits for it.
@@ -224,10 +232,7 @@ fn write_in_order(
                 results.push(Err(None));
             } else {
                 let sync = last_synced == Some(i);
-                let written = db.write_opt(write.batch, &db::write_options(durability, sync));
-                if written.is_err() {
-                    failed.store(true, Ordering::SeqCst);
-                }
+                let written = write_one(db, durability, write.batch, sync, failed);
                 results.push(written.map_err(Some));
             }
             dones.push(write.done);
@@ -249,6 +254,21 @@ fn write_in_order(
         }
         progress.send_replace(finished);
     }
+}
+
+/// Writes one batch; a failure marks the writer `failed` (see [`LogWriter`]).
+fn write_one(
+    db: &DB,
+    durability: Durability,
+    batch: WriteBatch,
+    sync: bool,
+    failed: &AtomicBool,
+) -> Result<(), rocksdb::Error> {
+    let written = db.write_opt(batch, &db::write_options(durability, sync));
+    if written.is_err() {
+        failed.store(true, Ordering::SeqCst);
+    }
+    written
 }
 
 #[cfg(test)]
