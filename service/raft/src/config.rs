@@ -49,6 +49,9 @@ pub struct NodeConfig {
     pub lease_tick: Duration,
     /// Raft heartbeat interval.
     pub heartbeat: Duration,
+    /// How long a replication stream holds a commit back for entries to carry
+    /// it before it sends a heartbeat of its own (openraft patch; zero: at once).
+    pub commit_heartbeat_delay: Duration,
     /// Raft election timeout range (lower bound; the upper is twice it).
     pub election_timeout: Duration,
     /// Build a snapshot (and purge the log behind it) after this many entries...
@@ -107,6 +110,7 @@ impl NodeConfig {
             max_queued: 8192,
             lease_tick: Duration::from_millis(100),
             heartbeat: Duration::from_millis(60),
+            commit_heartbeat_delay: Duration::from_millis(2),
             election_timeout: Duration::from_millis(500),
             snapshot_every: 20_000,
             snapshot_log_ratio: 1.0,

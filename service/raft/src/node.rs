@@ -729,6 +729,7 @@ fn raft_config(config: &NodeConfig) -> Result<Config, StartError> {
     Config {
         cluster_name: "baton".to_owned(),
         heartbeat_interval: heartbeat.max(10),
+        commit_heartbeat_delay_us: config.commit_heartbeat_delay.as_micros() as u64,
         election_timeout_min: election.max(heartbeat * 3),
         election_timeout_max: (election * 2).max(heartbeat * 6),
         // Snapshot chunks travel as JSON (about 3.5 bytes per byte): 1 MiB chunks

@@ -172,6 +172,13 @@ pub struct ServeArgs {
     /// inside a quarter of the default election timeout (125 ms).
     #[arg(long, env = "BATON_HEARTBEAT_MS", default_value_t = 60)]
     pub heartbeat_ms: u64,
+    /// How long the leader waits, in microseconds, for new log entries to
+    /// carry a commit to a follower before it sends the commit alone. With one
+    /// request in flight per follower, an immediate commit message makes the
+    /// next entries wait behind it; a follower that gets no entries learns of
+    /// the commit (and applies it) at most this much later. 0: at once.
+    #[arg(long, env = "BATON_COMMIT_HEARTBEAT_DELAY_US", default_value_t = 2000)]
+    pub commit_heartbeat_delay_us: u64,
     /// Raft election timeout, lower bound (the upper bound is twice it). A follower
     /// calls an election after hearing nothing from the leader for the leader lease
     /// (twice this) plus a random 1-2 times this: 1.5-2 s with the default.
@@ -402,6 +409,10 @@ impl ServeArgs {
                 "--election-timeout-ms must be at least three --heartbeat-ms intervals".into(),
             );
         }
+        if self.commit_heartbeat_delay_us > self.heartbeat_ms.saturating_mul(1000) {
+            // A periodic heartbeat carries the commit by then anyway.
+            return Err("--commit-heartbeat-delay-us must be at most one --heartbeat-ms".into());
+        }
         self.peer_map()?;
         parse_id_map("--peer-dial", self.peer_dial.as_deref())?;
         if self.watch_history == 0 || self.watch_max_lag >= self.watch_history as u64 {
@@ -505,6 +516,7 @@ impl ServeArgs {
         config.snapshot_log_ratio = self.snapshot_log_ratio;
         config.lease_tick = Duration::from_millis(50);
         config.heartbeat = Duration::from_millis(self.heartbeat_ms);
+        config.commit_heartbeat_delay = Duration::from_micros(self.commit_heartbeat_delay_us);
         config.log_version = self.log_version;
         config.election_timeout = Duration::from_millis(self.election_timeout_ms);
         config.propose_timeout = Duration::from_millis(self.propose_timeout_ms.max(100));

@@ -1685,3 +1685,46 @@ async fn a_leader_counts_itself_towards_a_quorum_only_once_its_append_is_on_disk
         "no election meanwhile"
     );
 }
+
+/// The patched replication stream (vendor/openraft) holds a commit back
+/// `--commit-heartbeat-delay-us` for entries to carry it. When none follow, it
+/// must still send the commit on its own: with heartbeats 15 s apart, a
+/// follower that applies a lone write within 5 s heard it from that message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_no_entry_follows_still_reaches_the_followers() {
+    let cluster = Cluster::start(
+        3,
+        &[
+            "--heartbeat-ms",
+            "10000",
+            "--election-timeout-ms",
+            "30000",
+            "--commit-heartbeat-delay-us",
+            "1000",
+        ],
+    )
+    .await;
+    let leader = cluster.wait_leader(None).await;
+    let (status, body) = cluster
+        .call(
+            leader,
+            reqwest::Method::PUT,
+            "/v1/names/lone-write",
+            Some(json!({"ttl_ms": 60_000, "value": 1})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let revision = body["revision"].as_u64().unwrap();
+    for follower in (1..=3).filter(|id| *id != leader) {
+        let applied = eventually(Duration::from_secs(5), || async {
+            let view = cluster.view(follower).await?;
+            (view["applied_revision"].as_u64()? >= revision).then_some(())
+        })
+        .await;
+        assert!(
+            applied.is_some(),
+            "node {follower} did not apply revision {revision} within 5 s: \
+             the commit waited for a periodic heartbeat"
+        );
+    }
+}

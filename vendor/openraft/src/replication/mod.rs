@@ -142,6 +142,11 @@ where
     /// Next replication action to run.
     next_action: Option<Data<C>>,
 
+    /// Patched (Baton): when a new committed index is all there is to send,
+    /// the instant a heartbeat carries it unless entries go first
+    /// ([`Config::commit_heartbeat_delay_us`]).
+    commit_heartbeat_due: Option<InstantOf<C>>,
+
     /// Appropriate number of entries to send.
     /// This is only used by AppendEntries RPC.
     entries_hint: ReplicationHint,
@@ -197,6 +202,7 @@ where
             rx_event,
             weak_tx_event: tx_event.downgrade(),
             next_action: None,
+            commit_heartbeat_due: None,
             entries_hint: Default::default(),
         };
 
@@ -217,6 +223,11 @@ where
                 self.drain_events_with_backoff().await?;
                 continue;
             };
+
+            // Heartbeats and entries carry the committed index.
+            if matches!(d, Data::Heartbeat | Data::Logs(_)) {
+                self.commit_heartbeat_due = None;
+            }
 
             // Backup the log data for retrying.
             let mut log_data = None;
@@ -630,12 +641,27 @@ where
         // If there is next action to run, do not block waiting for events,
         // instead, just try the best to drain all events.
         if self.next_action.is_none() {
-            let event =
-                self.rx_event.recv().await.ok_or(ReplicationClosed::new("rx_repl is closed in drain_event()"))?;
-            self.process_event(event);
+            let recv = self.rx_event.recv();
+            let event = match self.commit_heartbeat_due.clone() {
+                None => Some(recv.await),
+                Some(due) => {
+                    select! {
+                        _ = C::sleep_until(due) => None,
+                        event = recv => Some(event),
+                    }
+                }
+            };
+            match event {
+                Some(event) => {
+                    self.process_event(event.ok_or(ReplicationClosed::new("rx_repl is closed in drain_event()"))?)
+                }
+                // Nothing followed the commit in time: send it on its own.
+                None => self.next_action = Some(Data::new_heartbeat()),
+            }
         }
 
-        // Returning from process_event(), next_action is never None.
+        // Returning from process_event(), next_action is None only when a commit
+        // heartbeat is delayed (patched, Baton).
 
         self.try_drain_events().await?;
 
@@ -680,8 +706,15 @@ where
                 self.committed = c;
 
                 // If there is no action, fill in an heartbeat action to send committed index.
+                // Patched (Baton): after `commit_heartbeat_delay`, unless entries go first
+                // (see `drain_events`).
                 if self.next_action.is_none() {
-                    self.next_action = Some(Data::new_heartbeat());
+                    let delay = self.config.commit_heartbeat_delay();
+                    if delay.is_zero() {
+                        self.next_action = Some(Data::new_heartbeat());
+                    } else if self.commit_heartbeat_due.is_none() {
+                        self.commit_heartbeat_due = Some(C::now() + delay);
+                    }
                 }
             }
             Replicate::Heartbeat => {
