@@ -736,7 +736,9 @@ where
     /// the same). The leader counts itself towards the quorum only when the
     /// storage reports the flush ([`Notify::LocalLogFlushed`]), exactly as the
     /// blocking path did after `append_to_log` returned, so an entry is never
-    /// committed on a quorum that includes a leader without it on disk.
+    /// committed on a quorum that includes a leader without it on disk. The
+    /// storage's report goes straight to the core's notification channel
+    /// ([`LogFlushed::to_core`]): no task per append waits for it.
     ///
     /// The storage must make the entries readable as soon as `append` returns
     /// (replication reads them back) and must carry out its writes in the
@@ -752,23 +754,8 @@ where
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let (tx, rx) = C::AsyncRuntime::oneshot();
-        let callback = LogFlushed::new(LogIOId::new(vote.clone(), Some(last_log_id.clone())), tx);
+        let callback = LogFlushed::to_core(vote, last_log_id, self.tx_notify.clone());
         self.log_store.append(entries, callback).await?;
-
-        let tx_notify = self.tx_notify.clone();
-        let _ = C::AsyncRuntime::spawn(async move {
-            let result = match rx.await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => Err(e),
-                Err(e) => Err(std::io::Error::other(e.to_string())),
-            };
-            let _ = tx_notify.send(Notify::LocalLogFlushed {
-                vote,
-                last_log_id,
-                result,
-            });
-        });
         Ok(())
     }
 

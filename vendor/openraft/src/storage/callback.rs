@@ -2,22 +2,40 @@
 
 use std::io;
 
+use tokio::sync::mpsc;
 use tokio::sync::oneshot;
 
 use crate::async_runtime::AsyncOneshotSendExt;
+use crate::core::notify::Notify;
 use crate::raft_state::io_state::log_io_id::LogIOId;
 use crate::type_config::alias::OneshotSenderOf;
 use crate::LogId;
 use crate::RaftTypeConfig;
 use crate::StorageIOError;
+use crate::Vote;
 
 /// A oneshot callback for completion of log io operation.
 pub struct LogFlushed<C>
 where C: RaftTypeConfig
 {
     log_io_id: LogIOId<C::NodeId>,
-    tx: OneshotSenderOf<C, Result<LogIOId<C::NodeId>, io::Error>>,
+    report: FlushReport<C>,
     awaited: bool,
+}
+
+/// Baton patch: where a [`LogFlushed`] report goes.
+enum FlushReport<C>
+where C: RaftTypeConfig
+{
+    /// To whoever awaits the oneshot (upstream's only way).
+    Oneshot(OneshotSenderOf<C, Result<LogIOId<C::NodeId>, io::Error>>),
+    /// Straight to the Raft core as [`Notify::LocalLogFlushed`]: a leader's own
+    /// append, which the core does not wait for (`RaftCore::submit_leader_append`).
+    Core {
+        tx_notify: mpsc::UnboundedSender<Notify<C>>,
+        vote: Vote<C::NodeId>,
+        last_log_id: LogId<C::NodeId>,
+    },
 }
 
 impl<C> LogFlushed<C>
@@ -29,7 +47,26 @@ where C: RaftTypeConfig
     ) -> Self {
         Self {
             log_io_id,
-            tx,
+            report: FlushReport::Oneshot(tx),
+            awaited: false,
+        }
+    }
+
+    /// Baton patch: a report of the leader's own append, posted to the core as
+    /// [`Notify::LocalLogFlushed`] when the storage calls
+    /// [`Self::log_io_completed`] (no task waits for it).
+    pub(crate) fn to_core(
+        vote: Vote<C::NodeId>,
+        last_log_id: LogId<C::NodeId>,
+        tx_notify: mpsc::UnboundedSender<Notify<C>>,
+    ) -> Self {
+        Self {
+            log_io_id: LogIOId::new(vote.clone(), Some(last_log_id.clone())),
+            report: FlushReport::Core {
+                tx_notify,
+                vote,
+                last_log_id,
+            },
             awaited: false,
         }
     }
@@ -54,15 +91,28 @@ where C: RaftTypeConfig
     ///
     /// It will be called when the log is successfully appended to the storage or an error occurs.
     pub fn log_io_completed(self, result: Result<(), io::Error>) {
-        let res = if let Err(e) = result {
+        if let Err(e) = &result {
             tracing::error!("LogFlush error: {}, while flushing upto {}", e, self.log_io_id);
-            self.tx.send(Err(e))
-        } else {
-            self.tx.send(Ok(self.log_io_id))
-        };
-
-        if let Err(e) = res {
-            tracing::error!("failed to send log io completion event: {:?}", e);
+        }
+        match self.report {
+            FlushReport::Oneshot(tx) => {
+                let res = tx.send(result.map(|_| self.log_io_id));
+                if let Err(e) = res {
+                    tracing::error!("failed to send log io completion event: {:?}", e);
+                }
+            }
+            FlushReport::Core {
+                tx_notify,
+                vote,
+                last_log_id,
+            } => {
+                // The core has stopped when this fails: nothing waits.
+                let _ = tx_notify.send(Notify::LocalLogFlushed {
+                    vote,
+                    last_log_id,
+                    result,
+                });
+            }
         }
     }
 }
