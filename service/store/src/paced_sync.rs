@@ -3,20 +3,13 @@
 use std::fs::File;
 use std::io::{self, Write};
 
-/// Writes to a file and syncs its data every `every` bytes, resting after each
-/// sync as long as it took.
+/// Writes to a file and syncs its data every `every` bytes.
 ///
-/// A snapshot of a million holdings is about 110 MiB. Written whole and then
+/// A snapshot of a million holdings is about 100 MiB. Written whole and then
 /// synced, the kernel flushes all of it at once, and the log's own syncs (two
 /// per lock cycle) queue behind that flush on the same disk: the scale
 /// benchmark's lock-cycle p99 rose with every snapshot. Synced in steps, each
-/// flush is short and the log's syncs slip in between. With 8 MiB steps and no
-/// rest the log's syncs still took 11-50 ms while a snapshot was written (on
-/// ext4 a log sync commits the journal, which first writes out the snapshot
-/// data not yet on disk), and the lock cycle stalled for 0.4 s; 1 MiB steps
-/// with a rest as long as each sync leave the disk idle half of the time, so
-/// the write takes about twice as long and a log sync at most about a
-/// millisecond more (BENCHMARKS.md, "Snapshot writes and the log's syncs").
+/// flush is short and the log's syncs slip in between.
 #[derive(Debug)]
 pub(crate) struct PacedSync {
     file: File,
@@ -48,12 +41,8 @@ impl Write for PacedSync {
         let written = self.file.write(buf)?;
         self.unsynced += written as u64;
         if self.every > 0 && self.unsynced >= self.every {
-            let started = std::time::Instant::now();
             self.file.sync_data()?;
             self.unsynced = 0;
-            // As long again with the disk left to others: the slower the disk
-            // is right now, the longer the rest.
-            std::thread::sleep(started.elapsed());
         }
         Ok(written)
     }
