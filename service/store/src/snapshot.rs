@@ -20,8 +20,8 @@ use crate::shared::AppliedState;
 use crate::type_config::{LogId, SnapshotMeta, StoredMembership};
 
 /// How much of a snapshot file is written between syncs of its data (see
-/// [`PacedSync`]): a few milliseconds of this disk's write bandwidth.
-const SYNC_STEP_BYTES: u64 = 8 << 20;
+/// [`PacedSync`]): about a millisecond of this disk's write bandwidth.
+const SYNC_STEP_BYTES: u64 = 1 << 20;
 
 /// What separates a snapshot id from the CRC-32 of its bytes
 /// ([`SnapshotEnvelope::id_with_checksum`]).
