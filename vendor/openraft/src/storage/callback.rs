@@ -19,7 +19,9 @@ pub struct LogFlushed<C>
 where C: RaftTypeConfig
 {
     log_io_id: LogIOId<C::NodeId>,
-    report: FlushReport<C>,
+    /// Taken when the report is made; what is left on drop is reported as a
+    /// failure (see `Drop`).
+    report: Option<FlushReport<C>>,
     awaited: bool,
 }
 
@@ -47,7 +49,7 @@ where C: RaftTypeConfig
     ) -> Self {
         Self {
             log_io_id,
-            report: FlushReport::Oneshot(tx),
+            report: Some(FlushReport::Oneshot(tx)),
             awaited: false,
         }
     }
@@ -62,11 +64,11 @@ where C: RaftTypeConfig
     ) -> Self {
         Self {
             log_io_id: LogIOId::new(vote.clone(), Some(last_log_id.clone())),
-            report: FlushReport::Core {
+            report: Some(FlushReport::Core {
                 tx_notify,
                 vote,
                 last_log_id,
-            },
+            }),
             awaited: false,
         }
     }
@@ -90,22 +92,23 @@ where C: RaftTypeConfig
     /// Report log io completion event.
     ///
     /// It will be called when the log is successfully appended to the storage or an error occurs.
-    pub fn log_io_completed(self, result: Result<(), io::Error>) {
+    pub fn log_io_completed(mut self, result: Result<(), io::Error>) {
         if let Err(e) = &result {
             tracing::error!("LogFlush error: {}, while flushing upto {}", e, self.log_io_id);
         }
-        match self.report {
-            FlushReport::Oneshot(tx) => {
-                let res = tx.send(result.map(|_| self.log_io_id));
+        match self.report.take() {
+            None => {}
+            Some(FlushReport::Oneshot(tx)) => {
+                let res = tx.send(result.map(|_| self.log_io_id.clone()));
                 if let Err(e) = res {
                     tracing::error!("failed to send log io completion event: {:?}", e);
                 }
             }
-            FlushReport::Core {
+            Some(FlushReport::Core {
                 tx_notify,
                 vote,
                 last_log_id,
-            } => {
+            }) => {
                 // The core has stopped when this fails: nothing waits.
                 let _ = tx_notify.send(Notify::LocalLogFlushed {
                     vote,
@@ -113,6 +116,29 @@ where C: RaftTypeConfig
                     result,
                 });
             }
+        }
+    }
+}
+
+/// Baton patch: a report to the core that the storage dropped unmade (its
+/// writer thread panicked, say) is a failed flush, as upstream's oneshot makes
+/// it: the awaiting side sees the sender dropped. Without this the leader
+/// would silently never count itself towards the quorum.
+impl<C> Drop for LogFlushed<C>
+where C: RaftTypeConfig
+{
+    fn drop(&mut self) {
+        if let Some(FlushReport::Core {
+            tx_notify,
+            vote,
+            last_log_id,
+        }) = self.report.take()
+        {
+            let _ = tx_notify.send(Notify::LocalLogFlushed {
+                vote,
+                last_log_id,
+                result: Err(io::Error::other("the log storage dropped the flush report unmade")),
+            });
         }
     }
 }
