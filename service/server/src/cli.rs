@@ -659,6 +659,24 @@ mod tests {
     }
 
     #[test]
+    fn a_commit_heartbeat_waits_2_ms_unless_told_and_at_most_one_heartbeat() {
+        let default = serve_args(&[]);
+        assert_eq!(default.validate(), Ok(()));
+        let config = default
+            .node_config(1, "http://a:7879".to_owned())
+            .expect("config");
+        assert_eq!(config.commit_heartbeat_delay, Duration::from_millis(2));
+        for fine in ["0", "60000"] {
+            let args = serve_args(&["--commit-heartbeat-delay-us", fine]);
+            assert_eq!(args.validate(), Ok(()), "{fine}");
+        }
+        let too_long = serve_args(&["--commit-heartbeat-delay-us", "60001"]).validate();
+        assert!(
+            too_long.is_err_and(|e| e.starts_with("--commit-heartbeat-delay-us must be at most"))
+        );
+    }
+
+    #[test]
     fn peers_parse_and_reject_nonsense() {
         let map = parse_id_map("--peers", Some("1=http://a:7879/, 2=http://b:7879"))
             .expect("valid peers");
