@@ -96,26 +96,8 @@ where C: RaftTypeConfig
         if let Err(e) = &result {
             tracing::error!("LogFlush error: {}, while flushing upto {}", e, self.log_io_id);
         }
-        match self.report.take() {
-            None => {}
-            Some(FlushReport::Oneshot(tx)) => {
-                let res = tx.send(result.map(|_| self.log_io_id.clone()));
-                if let Err(e) = res {
-                    tracing::error!("failed to send log io completion event: {:?}", e);
-                }
-            }
-            Some(FlushReport::Core {
-                tx_notify,
-                vote,
-                last_log_id,
-            }) => {
-                // The core has stopped when this fails: nothing waits.
-                let _ = tx_notify.send(Notify::LocalLogFlushed {
-                    vote,
-                    last_log_id,
-                    result,
-                });
-            }
+        if let Some(report) = self.report.take() {
+            report.send(&self.log_io_id, result);
         }
     }
 }
@@ -128,17 +110,37 @@ impl<C> Drop for LogFlushed<C>
 where C: RaftTypeConfig
 {
     fn drop(&mut self) {
-        if let Some(FlushReport::Core {
-            tx_notify,
-            vote,
-            last_log_id,
-        }) = self.report.take()
-        {
-            let _ = tx_notify.send(Notify::LocalLogFlushed {
+        if let Some(report @ FlushReport::Core { .. }) = self.report.take() {
+            let dropped = io::Error::other("the log storage dropped the flush report unmade");
+            report.send(&self.log_io_id, Err(dropped));
+        }
+    }
+}
+
+impl<C> FlushReport<C>
+where C: RaftTypeConfig
+{
+    /// Makes the report: `result` goes to whoever awaits the oneshot, or to the
+    /// core as [`Notify::LocalLogFlushed`].
+    fn send(self, log_io_id: &LogIOId<C::NodeId>, result: Result<(), io::Error>) {
+        match self {
+            FlushReport::Oneshot(tx) => {
+                if let Err(e) = tx.send(result.map(|_| log_io_id.clone())) {
+                    tracing::error!("failed to send log io completion event: {:?}", e);
+                }
+            }
+            FlushReport::Core {
+                tx_notify,
                 vote,
                 last_log_id,
-                result: Err(io::Error::other("the log storage dropped the flush report unmade")),
-            });
+            } => {
+                // The core has stopped when this fails: nothing waits.
+                let _ = tx_notify.send(Notify::LocalLogFlushed {
+                    vote,
+                    last_log_id,
+                    result,
+                });
+            }
         }
     }
 }
