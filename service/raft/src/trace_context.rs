@@ -255,6 +255,11 @@ pub fn context_of(span: &tracing::Span) -> Context {
 /// noted, when the current trace is sampled. They are made after the fact, with
 /// the times as their start and end: the store's tasks cannot know which
 /// request an entry serves.
+///
+/// A leader does not wait for its own sync to replicate, so two followers can
+/// make the quorum first: the entry is then applied, and answered, before this
+/// node's append is noted. The spans are made once it is (polled for a while on
+/// a task of their own).
 pub fn entry_stages(index: u64) {
     if !sampled() {
         return;
@@ -263,6 +268,38 @@ pub fn entry_stages(index: u64) {
         return;
     };
     let parent = Context::current();
+    if times.synced.is_some() {
+        return stages_of(index, times, &parent);
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return stages_of(index, times, &parent);
+    };
+    runtime.spawn(async move {
+        let mut times = times;
+        for _ in 0..SYNC_POLLS {
+            tokio::time::sleep(SYNC_POLL).await;
+            match baton_store::stage_times(index) {
+                Some(now) if now.synced.is_some() => {
+                    times = now;
+                    break;
+                }
+                Some(_) => {}
+                // Forgotten: far more entries went by meanwhile.
+                None => break,
+            }
+        }
+        stages_of(index, times, &parent);
+    });
+}
+
+/// How often, and how many times, [`entry_stages`] looks for a sync noted
+/// after the apply: a sync takes well under a millisecond, a slow disk's tens.
+const SYNC_POLL: std::time::Duration = std::time::Duration::from_millis(2);
+const SYNC_POLLS: usize = 500;
+
+/// Makes the spans of [`entry_stages`] under `parent` (a stage whose times
+/// were not noted is left out).
+fn stages_of(index: u64, times: baton_store::StageTimes, parent: &Context) {
     let tracer = opentelemetry::global::tracer("baton");
     let stage = |name: &'static str,
                  start: Option<SystemTime>,
@@ -274,7 +311,7 @@ pub fn entry_stages(index: u64) {
                 .with_kind(SpanKind::Internal)
                 .with_start_time(start)
                 .with_attributes(attributes)
-                .start_with_context(&tracer, &parent);
+                .start_with_context(&tracer, parent);
             span.end_with_timestamp(end);
         }
     };
@@ -292,9 +329,12 @@ pub fn entry_stages(index: u64) {
             KeyValue::new("raft.fsync", true),
         ],
     );
+    // When the followers made the quorum before this node synced, there was no
+    // wait for one: the commit span is empty, at the apply's start.
+    let commit_start = times.synced.zip(times.apply_started).map(|(s, a)| s.min(a));
     stage(
         "commit",
-        times.synced,
+        commit_start,
         times.apply_started,
         vec![log_index.clone()],
     );

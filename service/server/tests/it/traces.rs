@@ -291,6 +291,56 @@ async fn a_request_sent_to_a_follower_is_one_trace_on_both_nodes() {
     receiver.handle.stop(false).await;
 }
 
+/// A leader replicates an entry while it syncs it, so the two followers can
+/// make the quorum first: the entry is applied and answered before the
+/// leader's own append is noted. Its `log.append` and `commit` spans still come
+/// (once the append lands). Found as a flaky failure of the test above once
+/// followers answered faster (session 49); here the leader's own appends are
+/// held 300 ms (`--unsafe-leader-append-delay-ms`), so it happens every time.
+#[tokio::test]
+async fn the_stage_spans_come_when_the_followers_commit_before_the_leader_syncs() {
+    let receiver = Receiver::start().await;
+    let cluster = Cluster::start_env(
+        3,
+        &["--unsafe-leader-append-delay-ms", "300"],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url.as_str()),
+            FAST_EXPORT,
+        ],
+    )
+    .await;
+    let leader = cluster.wait_leader(None).await;
+    let (trace_id, _, traceparent) = client_context();
+    let response = cluster
+        .client
+        .post(format!(
+            "{}/v1/locks/traced-before-sync:acquire",
+            cluster.node(leader).api
+        ))
+        .header("traceparent", &traceparent)
+        .json(&json!({"ttl_ms": 10_000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let spans = receiver
+        .wait_for(
+            &trace_id,
+            &["acquire_lock", "proposal", "log.append", "commit", "apply"],
+        )
+        .await;
+    let on_leader = format!("node-{leader}");
+    let proposal = one(&spans, &on_leader, "proposal");
+    for stage in ["log.append", "commit", "apply"] {
+        assert_eq!(
+            one(&spans, &on_leader, stage).parent,
+            proposal.span_id,
+            "{stage}"
+        );
+    }
+    receiver.handle.stop(false).await;
+}
+
 /// Spawns one node with `env` and waits until it is ready.
 async fn single_node(
     dir: &std::path::Path,
