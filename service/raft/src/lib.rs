@@ -22,7 +22,7 @@
 //!   leader instead of forwarding HTTP.
 //! - `leader_link`: [`LeaderLink`], the follower's side of those calls, with the cluster
 //!   secret.
-//! - `peer_server`: the peer listener ([`peer_routes`]): openraft's RPCs, leader calls
+//! - `peer_server`: the peer listener ([`PeerServer`], hyper on the runtime): openraft's RPCs, leader calls
 //!   and the status bootstrap asks for, never on the client API's address.
 //! - `network`: [`HttpNetwork`], openraft's RPCs as JSON over pooled HTTP connections.
 //! - `proposer`: [`Proposer`], batching requests into log entries, one fsync for many.
@@ -86,7 +86,7 @@ pub use log_versions::{check_log_version, PeerLogVersions, LOG_VERSION_HEADER};
 pub use metrics::NodeMetrics;
 pub use network::{peer_http_client, HttpNetwork, CLUSTER_SECRET_HEADER};
 pub use node::{ClusterStatus, Member, Node, StartError};
-pub use peer_server::{peer_routes, secret_matches};
+pub use peer_server::{secret_matches, PeerServer};
 pub use proposer::{wall_clock_ms, InFlight, Lane, Proposer};
 pub use snapshot_schedule::SnapshotSchedule;
 pub use tls::{client_config_trusting, Tls, TlsError, TlsFiles};

@@ -1,20 +1,37 @@
 //! The peer listener: openraft's RPCs, leader calls from followers and the
 //! status bootstrap asks for. Served on its own address, never on the client
 //! API, and only to callers presenting the cluster secret when one is set.
+//!
+//! It is served by hyper on the node's own tokio runtime, where the Raft core
+//! runs, rather than on actix workers like the client API: a follower's append
+//! is read, handed to the core, written and answered without a wake-up of
+//! another thread on the way in and out (ARCHITECTURE.md, "The peer listener
+//! on the runtime").
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use actix_web::dev::Service;
-use actix_web::http::StatusCode;
-use actix_web::{web, HttpRequest, HttpResponse};
 use baton_store::TypeConfig;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use subtle::ConstantTimeEq;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_rustls::TlsAcceptor;
 
 use crate::leader_call::LeaderCall;
 use crate::log_versions::LOG_VERSION_HEADER;
@@ -25,88 +42,258 @@ use crate::node::Node;
 /// 1 MiB snapshot chunk, as JSON, with room to spare.
 const MAX_PEER_BODY: usize = 128 << 20;
 
-/// Whether `request` carries one of the `accepted` secrets (see
-/// [`crate::NodeConfig::accepted_secrets`]), each compared in constant time and
-/// all of them compared. Always true when `accepted` is empty (no secret set).
-pub fn secret_matches(request: &HttpRequest, accepted: &[String]) -> bool {
+/// Bodies at least this large are parsed off the runtime (see [`parse`]): an
+/// append of a few hundred commands parses in well under a millisecond.
+const PARSE_ON_RUNTIME_BELOW: usize = 256 << 10;
+
+/// How long a connection may take to send a request's headers (or its TLS
+/// handshake): a peer sends them at once, anything slower is not a peer.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the listener rests after `accept` fails (out of file descriptors,
+/// say) before it tries again, so the failure does not spin a core.
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
+
+/// Whether `presented` (the value of the cluster-secret header, if any) is one
+/// of the `accepted` secrets (see [`crate::NodeConfig::accepted_secrets`]), each
+/// compared in constant time and all of them compared. Always true when
+/// `accepted` is empty (no secret set).
+pub fn secret_matches(presented: Option<&[u8]>, accepted: &[String]) -> bool {
     if accepted.is_empty() {
         return true;
     }
-    let presented = request
-        .headers()
-        .get(CLUSTER_SECRET_HEADER)
-        .map(|value| value.as_bytes())
-        .unwrap_or_default();
+    let presented = presented.unwrap_or_default();
     accepted.iter().fold(false, |matched, secret| {
         matched | bool::from(presented.ct_eq(secret.as_bytes()))
     })
 }
 
-/// Registers the peer routes for `node`.
-pub fn peer_routes(node: Arc<Node>) -> impl FnOnce(&mut web::ServiceConfig) {
-    move |cfg: &mut web::ServiceConfig| {
-        let accepted = node.config.accepted_secrets();
-        let log_version = actix_web::http::header::HeaderValue::from(node.config.log_version);
-        cfg.app_data(web::Data::from(node))
-            .app_data(web::PayloadConfig::new(MAX_PEER_BODY))
-            .service(
-                web::scope("/raft")
-                    .wrap_fn(move |request, service| {
-                        let allowed = secret_matches(request.request(), &accepted);
-                        let call = allowed.then(|| service.call(request));
-                        let log_version = log_version.clone();
-                        async move {
-                            match call {
-                                Some(call) => call.await.map(|mut response| {
-                                    response.headers_mut().insert(
-                                        actix_web::http::header::HeaderName::from_static(
-                                            LOG_VERSION_HEADER,
-                                        ),
-                                        log_version,
-                                    );
-                                    response
-                                }),
-                                None => Err(actix_web::error::ErrorUnauthorized(
-                                    "missing or wrong cluster secret",
-                                )),
-                            }
-                        }
-                    })
-                    .route("/append", web::post().to(append))
-                    .route("/vote", web::post().to(vote))
-                    .route("/snapshot", web::post().to(snapshot))
-                    .route("/leader", web::post().to(leader))
-                    .route("/status", web::get().to(status)),
-            )
-            .default_service(web::to(|| async { HttpResponse::NotFound().finish() }));
+/// The running peer listener; [`PeerServer::stop`] ends it.
+pub struct PeerServer {
+    accepting: JoinHandle<()>,
+}
+
+impl PeerServer {
+    /// Serves the peer routes of `node` on `listener` (already bound, so its
+    /// address could be advertised), over TLS with `tls` when given. Must be
+    /// called on the runtime the node runs on.
+    pub fn start(
+        listener: std::net::TcpListener,
+        node: Arc<Node>,
+        tls: Option<rustls::ServerConfig>,
+    ) -> std::io::Result<Self> {
+        listener.set_nonblocking(true)?;
+        let listener = TcpListener::from_std(listener)?;
+        let routes = Arc::new(PeerRoutes::new(node));
+        let tls = tls.map(|config| TlsAcceptor::from(Arc::new(config)));
+        Ok(PeerServer {
+            accepting: tokio::spawn(accept(listener, routes, tls)),
+        })
+    }
+
+    /// Stops accepting and ends every open connection (the node has stopped
+    /// by then: nothing a peer sends would be answered).
+    pub async fn stop(self) {
+        self.accepting.abort();
+        let _ = self.accepting.await;
+    }
+}
+
+/// Accepts connections until aborted; the connections are tasks of a set the
+/// loop owns, so aborting it ends them too.
+async fn accept(listener: TcpListener, routes: Arc<PeerRoutes>, tls: Option<TlsAcceptor>) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    connections.spawn(serve_connection(stream, routes.clone(), tls.clone()));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "the peer listener could not accept a connection");
+                    tokio::time::sleep(ACCEPT_RETRY).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+async fn serve_connection(stream: TcpStream, routes: Arc<PeerRoutes>, tls: Option<TlsAcceptor>) {
+    // Replies are small and each is awaited by the leader: never hold one back.
+    let _ = stream.set_nodelay(true);
+    match tls {
+        None => serve_http(stream, routes).await,
+        Some(acceptor) => match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await
+        {
+            Ok(Ok(stream)) => serve_http(stream, routes).await,
+            Ok(Err(error)) => tracing::debug!(%error, "TLS handshake on the peer listener failed"),
+            Err(_) => tracing::debug!("TLS handshake on the peer listener timed out"),
+        },
+    }
+}
+
+/// Serves HTTP/1.1 requests on `io` until the peer closes it.
+async fn serve_http<I>(io: I, routes: Arc<PeerRoutes>)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |request| {
+        let routes = routes.clone();
+        async move { Ok::<_, Infallible>(routes.answer(request).await) }
+    });
+    let served = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(io), service)
+        .await;
+    if let Err(error) = served {
+        tracing::debug!(%error, "peer connection ended with an error");
+    }
+}
+
+/// The routes under `/raft`, and what every answer carries.
+struct PeerRoutes {
+    node: Arc<Node>,
+    accepted: Vec<String>,
+    log_version: HeaderValue,
+}
+
+impl PeerRoutes {
+    fn new(node: Arc<Node>) -> Self {
+        PeerRoutes {
+            accepted: node.config.accepted_secrets(),
+            log_version: HeaderValue::from(node.config.log_version),
+            node,
+        }
+    }
+
+    /// Answers one request. Under `/raft` only with the cluster secret, and
+    /// every answer there says this node's log version (a peer of another
+    /// version learns it even from a refusal).
+    async fn answer(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        if !request.uri().path().starts_with("/raft/") {
+            return text(StatusCode::NOT_FOUND, "");
+        }
+        let presented = request
+            .headers()
+            .get(CLUSTER_SECRET_HEADER)
+            .map(|value| value.as_bytes());
+        if !secret_matches(presented, &self.accepted) {
+            return text(StatusCode::UNAUTHORIZED, "missing or wrong cluster secret");
+        }
+        let mut response = self.route(request).await;
+        response
+            .headers_mut()
+            .insert(LOG_VERSION_HEADER, self.log_version.clone());
+        response
+    }
+
+    async fn route(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        let node = &self.node;
+        let post = request.method() == Method::POST;
+        match (request.uri().path(), post) {
+            ("/raft/append", true) => with_body(request, |_, body| append(node, body)).await,
+            ("/raft/vote", true) => with_body(request, |_, body| vote(node, body)).await,
+            ("/raft/snapshot", true) => with_body(request, |_, body| snapshot(node, body)).await,
+            ("/raft/leader", true) => {
+                with_body(request, |headers, body| leader(node, headers, body)).await
+            }
+            ("/raft/status", false) if request.method() == Method::GET => json(&node.peer_status()),
+            ("/raft/append" | "/raft/vote" | "/raft/snapshot" | "/raft/leader", _)
+            | ("/raft/status", _) => text(StatusCode::METHOD_NOT_ALLOWED, ""),
+            _ => text(StatusCode::NOT_FOUND, ""),
+        }
+    }
+}
+
+/// Reads the whole body (at most [`MAX_PEER_BODY`]) and answers with `f` of
+/// the headers and body.
+async fn with_body<F, Fut>(request: Request<Incoming>, f: F) -> Response<Full<Bytes>>
+where
+    F: FnOnce(HeaderMap, Bytes) -> Fut,
+    Fut: Future<Output = Response<Full<Bytes>>>,
+{
+    let (parts, body) = request.into_parts();
+    match Limited::new(body, MAX_PEER_BODY).collect().await {
+        Ok(body) => f(parts.headers, body.to_bytes()).await,
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("a peer request is at most {MAX_PEER_BODY} bytes"),
+        ),
+        Err(error) => text(
+            StatusCode::BAD_REQUEST,
+            &format!("reading the request failed: {error}"),
+        ),
     }
 }
 
 /// Parses the body as `T`, runs `f` on it and answers its result as JSON; a body
 /// that does not parse is a 400 (a peer of another version, or not a peer).
-async fn handle<T, R, F, Fut>(body: &[u8], f: F) -> HttpResponse
+async fn handle<T, R, F, Fut>(body: Bytes, f: F) -> Response<Full<Bytes>>
 where
-    T: DeserializeOwned,
+    T: DeserializeOwned + Send + 'static,
     R: Serialize,
     F: FnOnce(T) -> Fut,
-    Fut: std::future::Future<Output = R>,
+    Fut: Future<Output = R>,
 {
-    match serde_json::from_slice::<T>(body) {
-        Ok(request) => HttpResponse::Ok().json(f(request).await),
-        Err(error) => {
-            HttpResponse::build(StatusCode::BAD_REQUEST).body(format!("bad peer request: {error}"))
-        }
+    match parse::<T>(body).await {
+        Ok(request) => json(&f(request).await),
+        Err(error) => text(
+            StatusCode::BAD_REQUEST,
+            &format!("bad peer request: {error}"),
+        ),
     }
 }
 
-async fn append(node: web::Data<Node>, body: web::Bytes) -> HttpResponse {
-    handle(&body, |rpc: AppendEntriesRequest<TypeConfig>| async {
+/// `body` parsed as JSON. A large one (a snapshot chunk, a catching-up
+/// append: milliseconds of parsing) is parsed on the blocking pool, so the
+/// runtime's worker, which the Raft core shares, stays free meanwhile.
+async fn parse<T>(body: Bytes) -> Result<T, String>
+where
+    T: DeserializeOwned + Send + 'static,
+{
+    if body.len() < PARSE_ON_RUNTIME_BELOW {
+        return serde_json::from_slice(&body).map_err(|error| error.to_string());
+    }
+    tokio::task::spawn_blocking(move || serde_json::from_slice(&body))
+        .await
+        .map_err(|error| error.to_string())?
+        .map_err(|error| error.to_string())
+}
+
+/// `value` as a JSON answer.
+fn json<T: Serialize>(value: &T) -> Response<Full<Bytes>> {
+    match serde_json::to_vec(value) {
+        Ok(body) => {
+            let mut response = Response::new(Full::new(Bytes::from(body)));
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            response
+        }
+        Err(error) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("the answer could not be encoded: {error}"),
+        ),
+    }
+}
+
+/// A plain-text answer with `status`.
+fn text(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::copy_from_slice(message.as_bytes())));
+    *response.status_mut() = status;
+    response
+}
+
+async fn append(node: &Node, body: Bytes) -> Response<Full<Bytes>> {
+    handle(body, |rpc: AppendEntriesRequest<TypeConfig>| async {
         let term = rpc.vote.leader_id().term;
         let received = Instant::now();
         let response = node.raft.append_entries(rpc).await;
         if matches!(&response, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
-            warn_if_slow_to_answer(&node, term, received.elapsed());
-            heard_from_leader(&node, term);
+            warn_if_slow_to_answer(node, term, received.elapsed());
+            heard_from_leader(node, term);
         }
         response
     })
@@ -134,7 +321,7 @@ fn heard_from_leader(node: &Node, term: u64) {
 /// allow: the leader sends a follower its next RPC (heartbeats included) only
 /// after the answer, so the follower's own disk or CPU made the gap that
 /// `heard_from_leader` will report, not the leader or the network.
-fn warn_if_slow_to_answer(node: &Node, term: u64, took: std::time::Duration) {
+fn warn_if_slow_to_answer(node: &Node, term: u64, took: Duration) {
     let allowed = node.config.late_leader_contact();
     if took > allowed {
         tracing::warn!(
@@ -146,29 +333,25 @@ fn warn_if_slow_to_answer(node: &Node, term: u64, took: std::time::Duration) {
     }
 }
 
-async fn vote(node: web::Data<Node>, body: web::Bytes) -> HttpResponse {
-    handle(&body, |rpc: VoteRequest<u64>| node.raft.vote(rpc)).await
+async fn vote(node: &Node, body: Bytes) -> Response<Full<Bytes>> {
+    handle(body, |rpc: VoteRequest<u64>| node.raft.vote(rpc)).await
 }
 
-async fn snapshot(node: web::Data<Node>, body: web::Bytes) -> HttpResponse {
-    handle(&body, |rpc: InstallSnapshotRequest<TypeConfig>| async {
+async fn snapshot(node: &Node, body: Bytes) -> Response<Full<Bytes>> {
+    handle(body, |rpc: InstallSnapshotRequest<TypeConfig>| async {
         let vote = rpc.vote;
         let response = node.raft.install_snapshot(rpc).await;
         // A chunk is refused with the follower's higher vote; accepted, the
         // answer carries the leader's own.
         if matches!(&response, Ok(r) if r.vote == vote) {
-            heard_from_leader(&node, vote.leader_id().term);
+            heard_from_leader(node, vote.leader_id().term);
         }
         response
     })
     .await
 }
 
-async fn leader(node: web::Data<Node>, http: HttpRequest, body: web::Bytes) -> HttpResponse {
-    let span = crate::trace_context::serving_leader_call(http.headers());
-    crate::trace_context::in_span(span, handle(&body, |call: LeaderCall| node.answer(call))).await
-}
-
-async fn status(node: web::Data<Node>) -> HttpResponse {
-    HttpResponse::Ok().json(node.peer_status())
+async fn leader(node: &Node, headers: HeaderMap, body: Bytes) -> Response<Full<Bytes>> {
+    let span = crate::trace_context::serving_leader_call(&headers);
+    crate::trace_context::in_span(span, handle(body, |call: LeaderCall| node.answer(call))).await
 }

@@ -211,11 +211,29 @@ pub fn extract(headers: &actix_web::http::header::HeaderMap) -> Context {
     })
 }
 
+/// [`extract`] for a peer request, whose headers are hyper's (the peer
+/// listener is not actix): only the two W3C fields are read.
+fn extract_peer(headers: &reqwest::header::HeaderMap) -> Context {
+    if !enabled() || !headers.contains_key("traceparent") {
+        return Context::new();
+    }
+    let fields: std::collections::HashMap<String, String> = ["traceparent", "tracestate"]
+        .into_iter()
+        .filter_map(|name| {
+            Some((
+                name.to_owned(),
+                headers.get(name)?.to_str().ok()?.to_owned(),
+            ))
+        })
+        .collect();
+    opentelemetry::global::get_text_map_propagator(|propagator| propagator.extract(&fields))
+}
+
 /// A server span for a leader call arriving from a follower, parented on the
 /// follower's `leader_call` span that its `traceparent` names. Disabled when
 /// the call carries no sampled context: the follower decided for the trace.
-pub fn serving_leader_call(headers: &actix_web::http::header::HeaderMap) -> tracing::Span {
-    let parent = extract(headers);
+pub fn serving_leader_call(headers: &reqwest::header::HeaderMap) -> tracing::Span {
+    let parent = extract_peer(headers);
     if !parent.span().span_context().is_sampled() {
         return tracing::Span::none();
     }

@@ -45,7 +45,7 @@ use std::time::Duration;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 use baton_api::{configure, on_connect, openapi_json, ApiSettings, ApiState};
-use baton_raft::{client_config_trusting, peer_routes, IdlePoll, Node, Tls};
+use baton_raft::{client_config_trusting, IdlePoll, Node, PeerServer, Tls};
 use clap::Parser;
 
 use crate::cli::{Cli, Command, DevCommand, ServeArgs};
@@ -144,18 +144,12 @@ async fn serve(args: ServeArgs, idle_poll: Arc<IdlePoll>) -> anyhow::Result<()> 
         tracing::warn!("--unsafe-no-fsync: the log skips its write-ahead log, so a crash loses acknowledged writes; for the fault harness's negative control only");
     }
     let node = Node::start(config).await.context("starting the node")?;
-    let peer_node = node.clone();
-    let peers = HttpServer::new(move || App::new().configure(peer_routes(peer_node.clone())))
-        .workers(2)
-        .disable_signals();
-    let peers = match &tls {
-        Some(tls) => peers.listen_rustls_0_23(raft_listener, tls.peer_server_config()?),
-        None => peers.listen(raft_listener),
-    }
-    .context("serving the raft listener")?
-    .run();
-    let peers_handle = peers.handle();
-    let peers_task = tokio::spawn(peers);
+    let peer_tls = tls
+        .as_ref()
+        .map(|tls| tls.peer_server_config())
+        .transpose()?;
+    let peers = PeerServer::start(raft_listener, node.clone(), peer_tls)
+        .context("serving the raft listener")?;
     if !node.wait_until_leader_known(Duration::from_secs(10)).await {
         tracing::warn!("no leader yet; serving anyway (requests answer 503 until one is elected)");
     }
@@ -199,8 +193,7 @@ async fn serve(args: ServeArgs, idle_poll: Arc<IdlePoll>) -> anyhow::Result<()> 
     node.hand_over_leadership().await;
     tracing::info!("stopping raft");
     node.shutdown().await;
-    peers_handle.stop(true).await;
-    let _ = peers_task.await;
+    peers.stop().await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -260,7 +260,14 @@ pub fn require_admin_or_secret(state: &ApiState, http: &HttpRequest) -> Result<(
     }
     let config = state.node.config();
     let secret = config.cluster_secret.as_deref();
-    if secret.is_some() && baton_raft::secret_matches(http, &config.accepted_secrets()) {
+    if secret.is_some()
+        && baton_raft::secret_matches(
+            http.headers()
+                .get(baton_raft::CLUSTER_SECRET_HEADER)
+                .map(|value| value.as_bytes()),
+            &config.accepted_secrets(),
+        )
+    {
         return Ok(());
     }
     if secret.is_none() && state.auth.is_none() {

@@ -1202,6 +1202,75 @@ async fn peer_status_with(cluster: &Cluster, id: u64, secret: &str) -> u16 {
         .unwrap_or(0)
 }
 
+/// The peer listener (hyper on the node's runtime since session 49) answers
+/// whatever is not a peer request with a 4xx, never a dropped connection, and
+/// every answer under `/raft` behind the secret names the node's log version,
+/// a refusal too. After all of it, the node still serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peer_listener_answers_what_is_not_a_peer_request_with_a_4xx() {
+    use reqwest::Method;
+    let cluster = Cluster::start(1, &[]).await;
+    let base = format!("http://127.0.0.1:{}", cluster.node(1).raft_port);
+    let version = baton_core::LOG_VERSION.to_string();
+    let ours = Some(harness::SECRET);
+    // A stale vote (term 0), refused whatever the node's state; padded past
+    // 256 KiB, the body is parsed on the blocking pool instead of the runtime.
+    let vote =
+        r#"{"vote":{"leader_id":{"term":0,"node_id":9},"committed":false},"last_log_id":null}"#;
+    let padded_vote = " ".repeat(300 << 10) + vote;
+    let large_garbage = "x".repeat(300 << 10);
+    let cases: Vec<(Method, &str, Option<&str>, &str, u16)> = vec![
+        (Method::POST, "/raft/append", None, "{}", 401),
+        (Method::POST, "/raft/append", Some("wrong"), "{}", 401),
+        (Method::POST, "/raft/append", ours, "{not json", 400),
+        (Method::POST, "/raft/vote", ours, "[]", 400),
+        (Method::POST, "/raft/vote", ours, &large_garbage, 400),
+        (Method::POST, "/raft/vote", ours, vote, 200),
+        (Method::POST, "/raft/vote", ours, &padded_vote, 200),
+        (Method::GET, "/raft/append", ours, "", 405),
+        (Method::GET, "/raft/nothing", ours, "", 404),
+        (Method::GET, "/v1/locks", ours, "", 404),
+        (Method::GET, "/raft/status", ours, "", 200),
+    ];
+    for (method, path, secret, body, expected) in cases {
+        let mut request = cluster
+            .client
+            .request(method.clone(), format!("{base}{path}"))
+            .body(body.to_owned());
+        if let Some(secret) = secret {
+            request = request.header("baton-cluster-secret", secret);
+        }
+        let response = request
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("{method} {path}: no answer: {error}"));
+        let status = response.status().as_u16();
+        let named = response
+            .headers()
+            .get("baton-log-version")
+            .map(|value| value.to_str().unwrap().to_owned());
+        let text = response.text().await.unwrap();
+        assert_eq!(status, expected, "{method} {path}: {text}");
+        let behind_secret = secret == ours && path.starts_with("/raft/");
+        assert_eq!(
+            named,
+            behind_secret.then(|| version.clone()),
+            "{method} {path}"
+        );
+        if status == 200 {
+            let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+            match path {
+                "/raft/vote" => assert_eq!(answer["Ok"]["vote_granted"], json!(false), "{answer}"),
+                _ => assert_eq!(answer["node_id"], json!(1), "{answer}"),
+            }
+        }
+    }
+    let (code, body) = cluster
+        .post(1, "/v1/locks/after-bad-peer-requests:acquire", json!({}))
+        .await;
+    assert_eq!(code, 200, "{body}");
+}
+
 /// Issue 16: the cluster secret is rotated by three rolling restarts (accept the
 /// new one, send the new one, forget the old one), and after every single
 /// restart the cluster still takes writes through every node: no step leaves
