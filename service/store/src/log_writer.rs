@@ -342,6 +342,79 @@ mod tests {
         assert_eq!(db.get_cf(cf, b"k").unwrap().unwrap(), b"4");
     }
 
+    /// A write RocksDB refuses (here: one into a column family dropped since
+    /// the batch was made) fails every write in its group, the unsynced ones
+    /// before it too (their sync was to come with the group's last), and every
+    /// write after it, queued or done here, without writing them: a log with
+    /// entries after a failed append would have a hole below them.
+    #[tokio::test]
+    async fn after_a_failed_write_nothing_more_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut db = open_db(dir.path()).unwrap();
+        Arc::get_mut(&mut db)
+            .unwrap()
+            .create_cf("doomed", &rocksdb::Options::default())
+            .unwrap();
+        let mut refused = WriteBatch::default();
+        refused.put_cf(db.cf_handle("doomed").unwrap(), b"k", b"v");
+        Arc::get_mut(&mut db).unwrap().drop_cf("doomed").unwrap();
+        let writer = LogWriter::start(db.clone(), Durability::Synced).unwrap();
+
+        // Held on its first write's completion, so the next three queue and
+        // are taken as one group.
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        let (entered, holding) = std::sync::mpsc::channel::<()>();
+        writer.submit(
+            put(&db, b"k", b"first"),
+            true,
+            Box::new(move |r| {
+                r.unwrap();
+                entered.send(()).unwrap();
+                hold.recv().unwrap();
+            }),
+        );
+        holding.recv().unwrap();
+        let results = Arc::new(Mutex::new(Vec::new()));
+        let note = |name: &'static str| -> WriteDone {
+            let results = results.clone();
+            Box::new(move |r| results.lock().unwrap().push((name, r)))
+        };
+        writer.submit(put(&db, b"k", b"before"), false, note("before"));
+        writer.submit(refused, false, note("refused"));
+        writer.submit(put(&db, b"k", b"after"), true, note("after"));
+        release.send(()).unwrap();
+        writer.caught_up().await.unwrap();
+        let results = std::mem::take(&mut *results.lock().unwrap());
+        let names: Vec<_> = results.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, ["before", "refused", "after"]);
+        // Written but unsynced, and its sync (the group's last write) never
+        // tried: failed as well.
+        assert!(
+            matches!(results[0].1, Err(StoreError::WriterStopped)),
+            "{:?}",
+            results[0].1
+        );
+        assert!(matches!(results[1].1, Err(StoreError::Rocks(_))));
+        assert!(matches!(results[2].1, Err(StoreError::WriterStopped)));
+
+        // Later writes are refused too, here or on the thread, unwritten.
+        assert!(matches!(
+            writer.write_here_if_idle(put(&db, b"k", b"here"), true),
+            Ok(Err(StoreError::WriterStopped))
+        ));
+        assert!(matches!(
+            writer.write(put(&db, b"k", b"later"), true).await,
+            Err(StoreError::WriterStopped)
+        ));
+        let cf = db::cf(&db, CF_META).unwrap();
+        let stored = db.get_cf(cf, b"k").unwrap().unwrap();
+        assert!(
+            stored == b"first" || stored == b"before",
+            "nothing after the failure is written: {:?}",
+            String::from_utf8_lossy(&stored)
+        );
+    }
+
     #[tokio::test]
     async fn a_write_is_readable_once_awaited_and_the_thread_stops_on_drop() {
         let dir = tempfile::tempdir().unwrap();
