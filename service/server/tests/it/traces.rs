@@ -200,18 +200,19 @@ fn one<'a>(spans: &'a [Got], instance: &str, name: &str) -> &'a Got {
 /// Exports quickly (the batch processor's delay is 5 s by default).
 const FAST_EXPORT: (&str, &str) = ("OTEL_BSP_SCHEDULE_DELAY", "100");
 
+/// Three nodes started with `extra`, exporting their spans to `receiver`.
+async fn traced_cluster(receiver: &Receiver, extra: &[&str]) -> Cluster {
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url.as_str()),
+        FAST_EXPORT,
+    ];
+    Cluster::start_env(3, extra, &env).await
+}
+
 #[tokio::test]
 async fn a_request_sent_to_a_follower_is_one_trace_on_both_nodes() {
     let receiver = Receiver::start().await;
-    let cluster = Cluster::start_env(
-        3,
-        &[],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url.as_str()),
-            FAST_EXPORT,
-        ],
-    )
-    .await;
+    let cluster = traced_cluster(&receiver, &[]).await;
     let leader = cluster.wait_leader(None).await;
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     let (trace_id, client_span, traceparent) = client_context();
@@ -300,15 +301,7 @@ async fn a_request_sent_to_a_follower_is_one_trace_on_both_nodes() {
 #[tokio::test]
 async fn the_stage_spans_come_when_the_followers_commit_before_the_leader_syncs() {
     let receiver = Receiver::start().await;
-    let cluster = Cluster::start_env(
-        3,
-        &["--unsafe-leader-append-delay-ms", "300"],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url.as_str()),
-            FAST_EXPORT,
-        ],
-    )
-    .await;
+    let cluster = traced_cluster(&receiver, &["--unsafe-leader-append-delay-ms", "300"]).await;
     let leader = cluster.wait_leader(None).await;
     let (trace_id, _, traceparent) = client_context();
     let response = cluster
