@@ -172,15 +172,23 @@ impl Injector for HeaderInjector<'_> {
     }
 }
 
-struct HeaderExtractor<'a>(&'a actix_web::http::header::HeaderMap);
+/// The W3C trace-context fields a caller's request may carry.
+const W3C_FIELDS: [&str; 2] = ["traceparent", "tracestate"];
 
-impl Extractor for HeaderExtractor<'_> {
+/// Reads a request's W3C fields through `field` (a header lookup), whatever
+/// the HTTP stack's header map: the API's actix one or the peer listener's.
+struct FieldExtractor<'a, F>(F, std::marker::PhantomData<&'a str>);
+
+impl<'a, F: Fn(&str) -> Option<&'a str>> Extractor for FieldExtractor<'a, F> {
     fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|value| value.to_str().ok())
+        (self.0)(key)
     }
 
     fn keys(&self) -> Vec<&str> {
-        self.0.keys().map(|name| name.as_str()).collect()
+        W3C_FIELDS
+            .into_iter()
+            .filter(|name| (self.0)(name).is_some())
+            .collect()
     }
 }
 
@@ -203,29 +211,21 @@ pub fn inject(headers: &mut reqwest::header::HeaderMap) {
 /// The caller's trace context from `traceparent`/`tracestate`, if it sent a
 /// valid one (an empty context otherwise, and always with tracing off).
 pub fn extract(headers: &actix_web::http::header::HeaderMap) -> Context {
-    if !enabled() || !headers.contains_key("traceparent") {
-        return Context::new();
-    }
-    opentelemetry::global::get_text_map_propagator(|propagator| {
-        propagator.extract(&HeaderExtractor(headers))
-    })
+    extract_fields(|name| headers.get(name).and_then(|value| value.to_str().ok()))
 }
 
 /// [`extract`] for a peer request, whose headers are hyper's (the peer
-/// listener is not actix): only the two W3C fields are read.
+/// listener is not actix).
 fn extract_peer(headers: &reqwest::header::HeaderMap) -> Context {
-    if !enabled() || !headers.contains_key("traceparent") {
+    extract_fields(|name| headers.get(name).and_then(|value| value.to_str().ok()))
+}
+
+/// The context the W3C fields that `field` looks up name.
+fn extract_fields<'a>(field: impl Fn(&str) -> Option<&'a str>) -> Context {
+    if !enabled() || field("traceparent").is_none() {
         return Context::new();
     }
-    let fields: std::collections::HashMap<String, String> = ["traceparent", "tracestate"]
-        .into_iter()
-        .filter_map(|name| {
-            Some((
-                name.to_owned(),
-                headers.get(name)?.to_str().ok()?.to_owned(),
-            ))
-        })
-        .collect();
+    let fields = FieldExtractor(field, std::marker::PhantomData);
     opentelemetry::global::get_text_map_propagator(|propagator| propagator.extract(&fields))
 }
 
