@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use baton_store::TypeConfig;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
+use hyper::body::{Body as _, Incoming};
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -215,12 +215,20 @@ where
     Fut: Future<Output = Response<Full<Bytes>>>,
 {
     let (parts, body) = request.into_parts();
-    match Limited::new(body, MAX_PEER_BODY).collect().await {
-        Ok(body) => f(parts.headers, body.to_bytes()).await,
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => text(
+    let too_large = || {
+        text(
             StatusCode::PAYLOAD_TOO_LARGE,
             &format!("a peer request is at most {MAX_PEER_BODY} bytes"),
-        ),
+        )
+    };
+    // A declared length over the limit is refused before its bytes are read;
+    // `Limited` still stops a body without one (chunked) at the limit.
+    if body.size_hint().lower() > MAX_PEER_BODY as u64 {
+        return too_large();
+    }
+    match Limited::new(body, MAX_PEER_BODY).collect().await {
+        Ok(body) => f(parts.headers, body.to_bytes()).await,
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => too_large(),
         Err(error) => text(
             StatusCode::BAD_REQUEST,
             &format!("reading the request failed: {error}"),

@@ -1265,6 +1265,31 @@ async fn the_peer_listener_answers_what_is_not_a_peer_request_with_a_4xx() {
             }
         }
     }
+    // A declared length over the 128 MiB limit is refused before the body is
+    // sent (before, the listener waited for all of it, and the answer came only
+    // after 128 MiB had been read).
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", cluster.node(1).raft_port))
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /raft/append HTTP/1.1\r\nhost: peer\r\nbaton-cluster-secret: {}\r\n\
+         content-length: {}\r\n\r\n{{",
+        harness::SECRET,
+        (128u64 << 20) + 1
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut stream, head.as_bytes())
+        .await
+        .unwrap();
+    let mut answer = vec![0; 512];
+    let read = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::io::AsyncReadExt::read(&mut stream, &mut answer),
+    )
+    .await
+    .expect("no answer to an oversized peer request before its body was sent")
+    .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..read]);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     let (code, body) = cluster
         .post(1, "/v1/locks/after-bad-peer-requests:acquire", json!({}))
         .await;
