@@ -8,6 +8,8 @@
 //! runs with `--clients` clients for `--duration-s` seconds. The node builds a snapshot
 //! every `--snapshot-every` log entries, so the measured phase at a large level
 //! includes snapshots of the whole state; how many it built is read from `/metrics`.
+//! With `--rounds` above one the levels take turns (every level once, then again),
+//! so the machine's drift reaches them all alike, and the section gives medians.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -49,6 +51,11 @@ pub struct ScaleArgs {
     /// Concurrent requests while filling a level.
     #[arg(long, default_value_t = 64)]
     pub fill_clients: usize,
+    /// How many times each level is measured, the levels taking turns; the
+    /// section reports each level's medians. One run of a level moves by about
+    /// 10 % (p99) from one to the next on a shared machine.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub rounds: u64,
     /// Data root, JSON report and Markdown section.
     #[command(flatten)]
     pub output: OutputArgs,
@@ -57,11 +64,18 @@ pub struct ScaleArgs {
     pub plot: Option<PathBuf>,
 }
 
-/// One level's figures.
+/// One level: its rounds, in the order they ran.
 #[derive(Debug, Clone, Serialize)]
 pub struct Level {
     /// Locks held (and leases holding them) besides the clients' own.
     pub held: usize,
+    /// One entry per round.
+    pub rounds: Vec<Round>,
+}
+
+/// One measurement of a level, on a fresh node.
+#[derive(Debug, Clone, Serialize)]
+pub struct Round {
     /// Seconds to grant the leases and acquire the locks.
     pub fill_s: f64,
     /// Snapshots the node built during the measured phase (`None`: the build does
@@ -87,25 +101,39 @@ pub struct ScaleReport {
     pub snapshot_every: u64,
     /// `--snapshot-log-ratio` of the servers (`None`: their default).
     pub snapshot_log_ratio: Option<f64>,
+    /// How many times each level was measured.
+    pub rounds: u64,
     /// One entry per level, in the order asked.
     pub levels: Vec<Level>,
 }
 
-/// Runs every level; fails when a fill request is refused or a run has errors.
+/// Runs every level `--rounds` times, the levels taking turns; fails when a
+/// fill request is refused or a run has errors.
 pub async fn scale(args: ScaleArgs) -> anyhow::Result<()> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let mut levels = Vec::new();
-    for &held in &args.held {
-        levels.push(
-            level(&args, held)
-                .await
-                .with_context(|| format!("level {held}"))?,
-        );
+    let mut levels: Vec<Level> = args
+        .held
+        .iter()
+        .map(|&held| Level {
+            held,
+            rounds: Vec::new(),
+        })
+        .collect();
+    for round in 1..=args.rounds {
+        for level in &mut levels {
+            let held = level.held;
+            level.rounds.push(
+                measure(&args, held)
+                    .await
+                    .with_context(|| format!("level {held}, round {round}"))?,
+            );
+        }
     }
     let report = ScaleReport {
         baton_version: Server::version(TargetKind::Baton, &args.baton_bin),
         snapshot_every: args.snapshot_every,
         snapshot_log_ratio: args.snapshot_log_ratio,
+        rounds: args.rounds,
         levels,
     };
     if let Some(path) = &args.plot {
@@ -117,8 +145,8 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One level on a fresh node.
-async fn level(args: &ScaleArgs, held: usize) -> anyhow::Result<Level> {
+/// One round of a level on a fresh node.
+async fn measure(args: &ScaleArgs, held: usize) -> anyhow::Result<Round> {
     let dir = args.output.temp_dir("baton-scale-")?;
     let data = dir.path().join("baton-data");
     let log = dir.path().join("baton.log");
@@ -197,8 +225,7 @@ async fn level(args: &ScaleArgs, held: usize) -> anyhow::Result<Level> {
         snapshot_bytes,
     );
     drop(server);
-    Ok(Level {
-        held,
+    Ok(Round {
         fill_s,
         snapshots_during_run: built,
         snapshot_build_s,
@@ -219,15 +246,56 @@ const SNAPSHOT_BYTES: &str = "baton_snapshot_bytes";
 /// The marker name of this section in BENCHMARKS.md.
 pub const SECTION: &str = "scale";
 
-/// Throughput and p99 of a level relative to the first (empty-state) level.
+/// The median of `values` (the mean of the middle two for an even count; NaN
+/// for none).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+impl Level {
+    /// `figure` of each round.
+    fn each(&self, figure: impl Fn(&Round) -> f64) -> Vec<f64> {
+        self.rounds.iter().map(figure).collect()
+    }
+
+    /// Median lock cycles per second over the rounds.
+    fn throughput(&self) -> f64 {
+        median(self.each(|r| r.run.throughput_per_s))
+    }
+
+    /// Median p99 over the rounds, µs.
+    fn p99_us(&self) -> f64 {
+        median(self.each(|r| r.run.latency_us.p99 as f64))
+    }
+}
+
+/// Throughput and p99 of a level relative to the first (empty-state) level,
+/// median against median.
 fn relative(report: &ScaleReport, level: &Level) -> (f64, f64) {
     let Some(base) = report.levels.first() else {
         return (f64::NAN, f64::NAN);
     };
     (
-        level.run.throughput_per_s / base.run.throughput_per_s.max(1e-9),
-        level.run.latency_us.p99 as f64 / (base.run.latency_us.p99 as f64).max(1.0),
+        level.throughput() / base.throughput().max(1e-9),
+        level.p99_us() / base.p99_us().max(1.0),
     )
+}
+
+/// `median` alone for one round; with more, the median and then each round's
+/// figure in brackets.
+fn with_rounds(level: &Level, figure: impl Fn(&Round) -> f64) -> String {
+    let values = level.each(figure);
+    let middle = median(values.clone());
+    if values.len() < 2 {
+        return format!("{middle:.0}");
+    }
+    let each: Vec<String> = values.iter().map(|v| format!("{v:.0}")).collect();
+    format!("{middle:.0} ({})", each.join(", "))
 }
 
 /// The Markdown section.
@@ -235,26 +303,42 @@ fn render(report: &ScaleReport, command: &str, plot: Option<&PathBuf>) -> String
     let mut rows = String::new();
     for level in &report.levels {
         let (throughput, p99) = relative(report, level);
+        let listed = |text: &dyn Fn(&Round) -> String| {
+            let texts: Vec<String> = level.rounds.iter().map(text).collect();
+            texts.join(", ")
+        };
+        let built: Vec<f64> = level
+            .rounds
+            .iter()
+            .filter_map(|r| r.snapshot_build_s)
+            .collect();
         rows.push_str(&format!(
-            "| {held} | {fill:.1} s | {tput:.0} | {p50} | {p99_us} | {max} | {rt:.2} | {rp:.2} | {snaps} | {build} | {size} | {rss:.0} MiB |\n",
+            "| {held} | {fill:.1} s | {tput} | {p50:.0} | {p99_us} | {max:.0} | {rt:.2} | {rp:.2} | {snaps} | {build} | {size} | {rss:.0} MiB |\n",
             held = level.held,
-            fill = level.fill_s,
-            tput = level.run.throughput_per_s,
-            p50 = level.run.latency_us.p50,
-            p99_us = level.run.latency_us.p99,
-            max = level.run.latency_us.max,
+            fill = median(level.each(|r| r.fill_s)),
+            tput = with_rounds(level, |r| r.run.throughput_per_s),
+            p50 = median(level.each(|r| r.run.latency_us.p50 as f64)),
+            p99_us = with_rounds(level, |r| r.run.latency_us.p99 as f64),
+            max = level.each(|r| r.run.latency_us.max as f64).into_iter().fold(0.0, f64::max),
             rt = throughput,
             rp = p99,
-            snaps = level
+            snaps = listed(&|r| r
                 .snapshots_during_run
-                .map_or("n/a".to_owned(), |n| n.to_string()),
-            build = level
-                .snapshot_build_s
-                .map_or("n/a".to_owned(), |s| format!("{s:.2} s")),
-            size = level.snapshot_bytes.map_or("n/a".to_owned(), |b| {
-                format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
-            }),
-            rss = level.rss_bytes as f64 / (1024.0 * 1024.0),
+                .map_or("n/a".to_owned(), |n| n.to_string())),
+            build = if built.is_empty() {
+                "n/a".to_owned()
+            } else {
+                format!("{:.2} s", built.iter().sum::<f64>() / built.len() as f64)
+            },
+            size = level
+                .rounds
+                .last()
+                .and_then(|r| r.snapshot_bytes)
+                .map_or("n/a".to_owned(), |b| {
+                    format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
+                }),
+            rss = level.each(|r| r.rss_bytes as f64).into_iter().fold(0.0, f64::max)
+                / (1024.0 * 1024.0),
         ));
     }
     let plot = plot
@@ -274,13 +358,26 @@ own lease and lock each) for the measured phase. The node builds a snapshot afte
 {every} log entries once the log written since the last one is {ratio} times its size \
 (`--snapshot-log-ratio`), so at the larger levels the measured phase may include snapshots \
 of the whole state: how many finished during the run, their mean build time (encoding the state, \
-writing and syncing its file, beside applying) and the last one's size. Ratios are against the first level. The target \
+writing and syncing its file, beside applying) and the last one's size. {rounds_text}Ratios are against the first level. The target \
 (issue 19) is throughput and p99 within 15 % of the empty state.\n\n\
 Command:\n\n```\n{command}\n```\n\n\
 | held | fill | cycles/s | p50 µs | p99 µs | max µs | throughput vs empty | p99 vs empty | snapshots in run | snapshot build | snapshot size | RSS |\n\
 |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n{rows}\n{plot}",
         version = report.baton_version,
-        clients = report.levels.first().map_or(0, |l| l.run.clients),
+        clients = report
+            .levels
+            .first()
+            .and_then(|l| l.rounds.first())
+            .map_or(0, |r| r.run.clients),
+        rounds_text = match report.rounds {
+            1 => String::new(),
+            n => format!(
+                "Each level was measured {n} times, the levels taking turns (every level once, then \
+again), so that the machine's drift reaches them all alike: fill, cycles/s, p50 and p99 are \
+medians over the rounds (each round's figure in brackets), max and RSS the largest, the \
+snapshot columns per round, the mean build and the last size. "
+            ),
+        },
         every = report.snapshot_every,
         ratio = report
             .snapshot_log_ratio
@@ -321,8 +418,8 @@ fn plot(report: &ScaleReport) -> String {
             .collect();
         (points.join(" "), top)
     };
-    let (throughput, top_t) = series(&|l: &Level| l.run.throughput_per_s);
-    let (p99, top_p) = series(&|l: &Level| l.run.latency_us.p99 as f64);
+    let (throughput, top_t) = series(&|l: &Level| l.throughput());
+    let (p99, top_p) = series(&|l: &Level| l.p99_us());
     let labels: String = report
         .levels
         .iter()
@@ -352,4 +449,65 @@ fn plot(report: &ScaleReport) -> String {
         xlabel = height - 12.0,
         version = report.baton_version,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_median_is_the_middle_value_or_the_mean_of_the_middle_two() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(vec![7.0]), 7.0);
+        assert!(median(Vec::new()).is_nan());
+    }
+
+    /// A round whose run did `throughput` cycles/s with p99 `p99_us`.
+    fn round(throughput: f64, p99_us: u64) -> Round {
+        let mut run: Report =
+            serde_json::from_str(include_str!("../results/lock-cycle-baton-r1.json")).unwrap();
+        run.throughput_per_s = throughput;
+        run.latency_us.p99 = p99_us;
+        Round {
+            fill_s: 1.0,
+            snapshots_during_run: Some(1),
+            snapshot_build_s: Some(2.0),
+            snapshot_bytes: Some(1 << 20),
+            rss_bytes: 1 << 20,
+            run,
+        }
+    }
+
+    #[test]
+    fn the_section_compares_each_levels_medians_with_the_empty_states() {
+        let report = ScaleReport {
+            baton_version: "baton test".to_owned(),
+            snapshot_every: 20_000,
+            snapshot_log_ratio: None,
+            rounds: 3,
+            levels: vec![
+                Level {
+                    held: 0,
+                    rounds: vec![round(100.0, 10), round(120.0, 12), round(110.0, 50)],
+                },
+                Level {
+                    held: 1000,
+                    rounds: vec![round(99.0, 11), round(10.0, 99), round(88.0, 13)],
+                },
+            ],
+        };
+        let section = render(&report, "baton-loadtest scale", None);
+        assert!(section.contains("measured 3 times"), "{section}");
+        // Medians: 110 cycles/s and p99 12 µs empty; 88 and 13 at 1,000 held.
+        assert!(
+            section.contains("| 0 | 1.0 s | 110 (100, 120, 110) |"),
+            "{section}"
+        );
+        assert!(section.contains("| 13 (11, 99, 13) |"), "{section}");
+        assert!(section.contains(&format!("| {:.2} | {:.2} |", 88.0 / 110.0, 13.0 / 12.0)));
+        assert!(section.contains("| 1, 1, 1 | 2.00 s |"), "{section}");
+    }
 }

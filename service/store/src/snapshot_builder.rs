@@ -149,16 +149,20 @@ fn lower_this_threads_priority() {
     #[cfg(target_os = "linux")]
     {
         use thread_priority::{
-            set_thread_priority_and_policy, thread_native_id, NormalThreadSchedulePolicy,
-            ThreadPriority, ThreadSchedulePolicy,
+            set_thread_priority_and_policy, thread_native_id, thread_schedule_policy,
+            NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
         };
-        let idle = set_thread_priority_and_policy(
-            thread_native_id(),
-            ThreadPriority::Min,
-            ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle),
-        );
-        let Err(refused) = idle else { return };
-        tracing::debug!(error = %refused, "SCHED_IDLE refused; the snapshot thread runs at nice 19");
+        let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+        // The call also resets the thread's nice value to 0, which fails in a
+        // process started with a higher one after the policy was already set:
+        // what counts is the policy the thread ends up with.
+        let set = set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle);
+        if thread_schedule_policy().is_ok_and(|policy| policy == idle) {
+            return;
+        }
+        if let Err(refused) = set {
+            tracing::debug!(error = %refused, "SCHED_IDLE refused; the snapshot thread runs at nice 19");
+        }
         let lowered = rustix::process::getpriority_process(None).and_then(|current| {
             rustix::process::setpriority_process(None, (current + FALLBACK_NICENESS).min(19))
         });
