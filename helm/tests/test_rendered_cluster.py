@@ -298,12 +298,19 @@ def test_rewrite_keeps_every_flag_name(cluster):
 
 def test_voters_form_one_cluster_with_ids_from_hostnames(cluster):
     api = cluster["api"]
-    views = [http("GET", f"http://127.0.0.1:{api[pod]}/v1/cluster")[1] for pod in cluster["pods"]]
-    assert len({v["cluster_id"] for v in views}) == 1
-    members = {m["id"]: m for m in views[0]["members"]}
     # Pod <fullname>-<i> is node i+1, advertising its own (rewritten) client URL.
-    assert {i + 1: f"http://127.0.0.1:{api[pod]}" for i, pod in enumerate(cluster["pods"])} == \
-        {mid: m["api_addr"] for mid, m in members.items()}
+    expected = {i + 1: f"http://127.0.0.1:{api[pod]}" for i, pod in enumerate(cluster["pods"])}
+
+    def formed():
+        views = [http("GET", f"http://127.0.0.1:{api[pod]}/v1/cluster")[1] for pod in cluster["pods"]]
+        members = {m["id"]: m for m in views[0]["members"]}
+        # A pod the initializer could not reach yet is recorded without its
+        # client URL and fills it in itself about a second later: read at once,
+        # the members lost that race once in CI.
+        return (views, members) if {mid: m["api_addr"] for mid, m in members.items()} == expected else None
+
+    views, members = wait_until("every member's client URL is known", formed, timeout=20)
+    assert len({v["cluster_id"] for v in views}) == 1
     assert views[0]["leader_id"] in members
 
 
@@ -837,13 +844,19 @@ def test_tls_voters_form_one_cluster_with_the_rendered_tls_flags(tls_cluster):
     # The voters reached each other over TLS (peer certificates checked both
     # ways): one cluster, one leader, every voter agreeing.
     ca = trusting(c["certs"] / "ca.crt")
-    views = [https("GET", f"https://127.0.0.1:{c['api'][pod]}/v1/cluster", context=ca, token=c["tokens"]["ops"])
-             for pod in c["pods"]]
-    assert [status for status, _ in views] == [200] * REPLICAS, views
+    expected = {i + 1: f"https://127.0.0.1:{c['api'][pod]}" for i, pod in enumerate(c["pods"])}
+
+    def formed():
+        views = [https("GET", f"https://127.0.0.1:{c['api'][pod]}/v1/cluster", context=ca, token=c["tokens"]["ops"])
+                 for pod in c["pods"]]
+        assert [status for status, _ in views] == [200] * REPLICAS, views
+        members = {m["id"]: m for m in views[0][1]["members"]}
+        # A voter the initializer could not reach yet fills in its own client
+        # URL about a second later (see test_voters_form_one_cluster_with_ids_from_hostnames).
+        return (views, members) if {mid: m["api_addr"] for mid, m in members.items()} == expected else None
+
+    views, members = wait_until("every member's client URL is known", formed, timeout=20)
     assert len({v["cluster_id"] for _, v in views}) == 1
-    members = {m["id"]: m for m in views[0][1]["members"]}
-    assert {i + 1: f"https://127.0.0.1:{c['api'][pod]}" for i, pod in enumerate(c["pods"])} == \
-        {mid: m["api_addr"] for mid, m in members.items()}
     assert len({v["leader_id"] for _, v in views}) == 1 and views[0][1]["leader_id"] in members
 
 
