@@ -133,12 +133,13 @@ const FALLBACK_NICENESS: i32 = 19;
 /// and the nice value belong to a thread, so this touches no other; a failure
 /// of both only costs the benefit.
 ///
-/// Why not nice 19 alone (sessions 49 to 50): the kernel's fair scheduler
-/// (EEVDF) lets a running task finish a minimum slice before a waking one
-/// takes its CPU, whatever their weights. The request threads wake and sleep
-/// thousands of times a second, so at a million held a nice-19 build still got
-/// 70 % of a core on a saturated two-core machine, and the request threads'
-/// run-queue wait rose by a fifth (per-thread `schedstat`). A `SCHED_IDLE`
+/// Why not nice 19 alone (sessions 49 to 50): at a million held a nice-19
+/// build still got 60-80 % of a core on a saturated two-core machine, and the
+/// request threads' run-queue wait rose by about a sixth (per-thread
+/// `schedstat`). Most likely because the kernel's fair scheduler (EEVDF) lets
+/// a running task finish a minimum slice before a waking one takes its CPU,
+/// whatever their weights, and the request threads sleep and wake thousands
+/// of times a second (a CPU-bound nice-19 loop gets its 1.3 %). A `SCHED_IDLE`
 /// thread is preempted by any waking normal thread at once, and a CPU that
 /// runs only such threads counts as idle when a woken thread is placed.
 /// The cost: on a machine that stays saturated, the build gets about 0.3 % of
