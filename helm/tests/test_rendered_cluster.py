@@ -169,6 +169,20 @@ def wait_until(what: str, check, *, timeout: float, running: Pods | None = None,
         time.sleep(every)
 
 
+def members_once_known(fetch, expected: dict[int, str]):
+    """Polls `fetch()` (every voter's `GET /v1/cluster` answer) until the first
+    answer's members have the client URLs `expected` (by id); returns the
+    answers and those members by id. A voter the initializer could not reach
+    yet is recorded without its URL and fills it in itself about a second later
+    (read at once, the members lost that race in CI)."""
+    def known():
+        views = fetch()
+        members = {m["id"]: m for m in views[0]["members"]}
+        return (views, members) if {mid: m["api_addr"] for mid, m in members.items()} == expected else None
+
+    return wait_until("every member's client URL is known", known, timeout=20)
+
+
 @contextlib.contextmanager
 def rendered_cluster(chart, workdir: Path, values: dict, *, extra_secrets: dict | None = None):
     """Renders the chart with `values` and runs its voters (and the sidecar
@@ -300,16 +314,8 @@ def test_voters_form_one_cluster_with_ids_from_hostnames(cluster):
     api = cluster["api"]
     # Pod <fullname>-<i> is node i+1, advertising its own (rewritten) client URL.
     expected = {i + 1: f"http://127.0.0.1:{api[pod]}" for i, pod in enumerate(cluster["pods"])}
-
-    def formed():
-        views = [http("GET", f"http://127.0.0.1:{api[pod]}/v1/cluster")[1] for pod in cluster["pods"]]
-        members = {m["id"]: m for m in views[0]["members"]}
-        # A pod the initializer could not reach yet is recorded without its
-        # client URL and fills it in itself about a second later: read at once,
-        # the members lost that race once in CI.
-        return (views, members) if {mid: m["api_addr"] for mid, m in members.items()} == expected else None
-
-    views, members = wait_until("every member's client URL is known", formed, timeout=20)
+    views, members = members_once_known(
+        lambda: [http("GET", f"http://127.0.0.1:{api[pod]}/v1/cluster")[1] for pod in cluster["pods"]], expected)
     assert len({v["cluster_id"] for v in views}) == 1
     assert views[0]["leader_id"] in members
 
@@ -846,18 +852,15 @@ def test_tls_voters_form_one_cluster_with_the_rendered_tls_flags(tls_cluster):
     ca = trusting(c["certs"] / "ca.crt")
     expected = {i + 1: f"https://127.0.0.1:{c['api'][pod]}" for i, pod in enumerate(c["pods"])}
 
-    def formed():
-        views = [https("GET", f"https://127.0.0.1:{c['api'][pod]}/v1/cluster", context=ca, token=c["tokens"]["ops"])
-                 for pod in c["pods"]]
-        assert [status for status, _ in views] == [200] * REPLICAS, views
-        members = {m["id"]: m for m in views[0][1]["members"]}
-        # A voter the initializer could not reach yet fills in its own client
-        # URL about a second later (see test_voters_form_one_cluster_with_ids_from_hostnames).
-        return (views, members) if {mid: m["api_addr"] for mid, m in members.items()} == expected else None
+    def fetch():
+        answers = [https("GET", f"https://127.0.0.1:{c['api'][pod]}/v1/cluster", context=ca,
+                         token=c["tokens"]["ops"]) for pod in c["pods"]]
+        assert [status for status, _ in answers] == [200] * REPLICAS, answers
+        return [view for _, view in answers]
 
-    views, members = wait_until("every member's client URL is known", formed, timeout=20)
-    assert len({v["cluster_id"] for _, v in views}) == 1
-    assert len({v["leader_id"] for _, v in views}) == 1 and views[0][1]["leader_id"] in members
+    views, members = members_once_known(fetch, expected)
+    assert len({v["cluster_id"] for v in views}) == 1
+    assert len({v["leader_id"] for v in views}) == 1 and views[0]["leader_id"] in members
 
 
 def plain_http_answer(port: int) -> bytes:

@@ -312,6 +312,25 @@ mod tests {
         );
     }
 
+    /// Submits a synced write of `value` to key `k` whose completion holds the
+    /// writer thread (still busy: its writes are not yet counted done) until
+    /// the returned sender sends or is dropped; returns once the thread is held.
+    fn hold_writer(writer: &LogWriter, db: &DB, value: &[u8]) -> std::sync::mpsc::Sender<()> {
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        let (entered, holding) = std::sync::mpsc::channel::<()>();
+        writer.submit(
+            put(db, b"k", value),
+            true,
+            Box::new(move |r| {
+                r.unwrap();
+                entered.send(()).unwrap();
+                let _ = hold.recv();
+            }),
+        );
+        holding.recv().unwrap();
+        release
+    }
+
     #[tokio::test]
     async fn a_write_is_done_here_only_when_nothing_is_queued() {
         let dir = tempfile::tempdir().unwrap();
@@ -320,16 +339,7 @@ mod tests {
         assert!(writer
             .write_here_if_idle(put(&db, b"k", b"1"), true)
             .is_ok());
-        // A write whose completion blocks the writer thread until released.
-        let (release, hold) = std::sync::mpsc::channel::<()>();
-        writer.submit(
-            put(&db, b"k", b"2"),
-            true,
-            Box::new(move |r| {
-                r.unwrap();
-                hold.recv().unwrap();
-            }),
-        );
+        let release = hold_writer(&writer, &db, b"2");
         let handed_back = writer.write_here_if_idle(put(&db, b"k", b"3"), true);
         assert!(handed_back.is_err(), "a write is under way: not here");
         release.send(()).unwrap();
@@ -362,18 +372,7 @@ mod tests {
 
         // Held on its first write's completion, so the next three queue and
         // are taken as one group.
-        let (release, hold) = std::sync::mpsc::channel::<()>();
-        let (entered, holding) = std::sync::mpsc::channel::<()>();
-        writer.submit(
-            put(&db, b"k", b"first"),
-            true,
-            Box::new(move |r| {
-                r.unwrap();
-                entered.send(()).unwrap();
-                hold.recv().unwrap();
-            }),
-        );
-        holding.recv().unwrap();
+        let release = hold_writer(&writer, &db, b"first");
         let results = Arc::new(Mutex::new(Vec::new()));
         let note = |name: &'static str| -> WriteDone {
             let results = results.clone();
