@@ -17,7 +17,7 @@ use baton_store::TypeConfig;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Body as _, Incoming};
-use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderMap, HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -191,18 +191,59 @@ impl PeerRoutes {
 
     async fn route(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
         let node = &self.node;
-        let post = request.method() == Method::POST;
-        match (request.uri().path(), post) {
-            ("/raft/append", true) => with_body(request, |_, body| append(node, body)).await,
-            ("/raft/vote", true) => with_body(request, |_, body| vote(node, body)).await,
-            ("/raft/snapshot", true) => with_body(request, |_, body| snapshot(node, body)).await,
-            ("/raft/leader", true) => {
+        let path = request.uri().path();
+        let Some(route) = PeerRoute::of(path) else {
+            return text(StatusCode::NOT_FOUND, "");
+        };
+        if request.method() != *route.method() {
+            let mut refused = text(StatusCode::METHOD_NOT_ALLOWED, "");
+            refused
+                .headers_mut()
+                .insert(ALLOW, HeaderValue::from_static(route.method().as_str()));
+            return refused;
+        }
+        match route {
+            PeerRoute::Append => with_body(request, |_, body| append(node, body)).await,
+            PeerRoute::Vote => with_body(request, |_, body| vote(node, body)).await,
+            PeerRoute::Snapshot => with_body(request, |_, body| snapshot(node, body)).await,
+            PeerRoute::Leader => {
                 with_body(request, |headers, body| leader(node, headers, body)).await
             }
-            ("/raft/status", false) if request.method() == Method::GET => json(&node.peer_status()),
-            ("/raft/append" | "/raft/vote" | "/raft/snapshot" | "/raft/leader", _)
-            | ("/raft/status", _) => text(StatusCode::METHOD_NOT_ALLOWED, ""),
-            _ => text(StatusCode::NOT_FOUND, ""),
+            PeerRoute::Status => json(&node.peer_status()),
+        }
+    }
+}
+
+/// The peer listener's paths, each served for one method only.
+#[derive(Clone, Copy)]
+enum PeerRoute {
+    Append,
+    Vote,
+    Snapshot,
+    Leader,
+    Status,
+}
+
+impl PeerRoute {
+    /// The route `path` names, if any.
+    fn of(path: &str) -> Option<PeerRoute> {
+        Some(match path {
+            "/raft/append" => PeerRoute::Append,
+            "/raft/vote" => PeerRoute::Vote,
+            "/raft/snapshot" => PeerRoute::Snapshot,
+            "/raft/leader" => PeerRoute::Leader,
+            "/raft/status" => PeerRoute::Status,
+            _ => return None,
+        })
+    }
+
+    /// The one method the route answers; any other gets 405 naming it in `Allow`.
+    fn method(self) -> &'static Method {
+        static GET: Method = Method::GET;
+        static POST: Method = Method::POST;
+        match self {
+            PeerRoute::Status => &GET,
+            _ => &POST,
         }
     }
 }

@@ -1239,6 +1239,8 @@ async fn the_peer_listener_answers_what_is_not_a_peer_request_with_a_4xx() {
         (Method::POST, "/raft/vote", ours, vote, 200),
         (Method::POST, "/raft/vote", ours, &padded_vote, 200),
         (Method::GET, "/raft/append", ours, "", 405),
+        (Method::PUT, "/raft/leader", ours, "", 405),
+        (Method::POST, "/raft/status", ours, "", 405),
         (Method::GET, "/raft/nothing", ours, "", 404),
         (Method::GET, "/v1/locks", ours, "", 404),
         (Method::GET, "/raft/status", ours, "", 200),
@@ -1260,8 +1262,23 @@ async fn the_peer_listener_answers_what_is_not_a_peer_request_with_a_4xx() {
             .headers()
             .get("baton-log-version")
             .map(|value| value.to_str().unwrap().to_owned());
+        let allow = response
+            .headers()
+            .get("allow")
+            .map(|value| value.to_str().unwrap().to_owned());
         let text = response.text().await.unwrap();
         assert_eq!(status, expected, "{method} {path}: {text}");
+        // A 405 names the one method the path answers (RFC 9110, 15.5.6).
+        let only = if path == "/raft/status" {
+            "GET"
+        } else {
+            "POST"
+        };
+        assert_eq!(
+            allow,
+            (status == 405).then(|| only.to_owned()),
+            "{method} {path}"
+        );
         let behind_secret = secret == ours && path.starts_with("/raft/");
         assert_eq!(
             named,
