@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds of Baton side by side on a 3-node cluster on loopback, alternating.
 #
-#   loadtest/scripts/cluster_ab.sh [-r ROUNDS] [-d SECONDS] [-s "SCENARIO:CLIENTS ..."] NAME=DIR [NAME=DIR ...] [-- LEADER_FLAGS...]
+#   loadtest/scripts/cluster_ab.sh [-r ROUNDS] [-d SECONDS] [-s "SCENARIO:CLIENTS ..."] [-l MS] NAME=DIR [NAME=DIR ...] [-- LEADER_FLAGS...]
 #
 # DIR holds a `baton` and a `baton-loadtest` binary (copy them out of the target
 # directory after each build). Each round starts a fresh cluster of every build
@@ -9,13 +9,16 @@
 # leader for SECONDS (default 10) and prints one line per run: throughput, p50,
 # p99. Defaults: 2 rounds, "lock-contended:32 lock-cycle:1". LEADER_FLAGS go to
 # node 1 only (for example --unsafe-no-fsync, to see what the leader's own sync
-# costs). Compare medians over the rounds: the machine is shared.
+# costs). -l MS puts a delay_proxy.py between the leader and each follower
+# (MS each way, at least: nodes on separate hosts); clients still reach the
+# leader directly. Compare medians over the rounds: the machine is shared.
 set -euo pipefail
 
-rounds=2 seconds=10 scenarios="lock-contended:32 lock-cycle:1"
-while getopts "r:d:s:" opt; do
+rounds=2 seconds=10 scenarios="lock-contended:32 lock-cycle:1" link_ms=""
+while getopts "r:d:s:l:" opt; do
   case $opt in
     r) rounds=$OPTARG ;;
+    l) link_ms=$OPTARG ;;
     d) seconds=$OPTARG ;;
     s) scenarios=$OPTARG ;;
     *) exit 2 ;;
@@ -26,15 +29,15 @@ builds=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do builds+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 leader_flags=("$@")
-[ ${#builds[@]} -gt 0 ] || { sed -n '2,12p' "$0"; exit 2; }
+[ ${#builds[@]} -gt 0 ] || { sed -n '2,15p' "$0"; exit 2; }
 
-# Six distinct free ports from one process (two picks of port 0 in two processes
+# Eight distinct free ports from one process (two picks of port 0 in two processes
 # can return the same port).
 ports() {
   python3 -c '
 import socket
 picked = []
-while len(picked) < 6:
+while len(picked) < 8:
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
     if p not in picked: picked.append(p)
 print(*picked)'
@@ -47,9 +50,17 @@ run_build() {
   read -r -a picked <<<"$(ports)"
   for i in 1 2 3; do api[i]=${picked[i - 1]}; raft[i]=${picked[i + 2]}; done
   for i in 1 2 3; do peers+="${peers:+,}$i=http://127.0.0.1:${raft[i]}"; done
+  local dial=()
+  if [ -n "$link_ms" ]; then
+    for i in 2 3; do
+      python3 "$(dirname "$0")/delay_proxy.py" "${picked[i + 4]}" "${raft[i]}" "$link_ms" &
+      pids+=($!)
+    done
+    dial=(--peer-dial "2=http://127.0.0.1:${picked[6]},3=http://127.0.0.1:${picked[7]}")
+  fi
   for i in 1 2 3; do
     local extra=()
-    [ "$i" = 1 ] && extra=("${leader_flags[@]}")
+    [ "$i" = 1 ] && extra=("${dial[@]}" "${leader_flags[@]}")
     "$dir/baton" serve --listen "127.0.0.1:${api[i]}" --raft-listen "127.0.0.1:${raft[i]}" \
       --data-dir "$work/node-$i" --node-id "$i" --peers "$peers" --cluster-secret cluster-ab \
       --insecure-plaintext-peers "${extra[@]}" >"$work/node-$i.log" 2>&1 &

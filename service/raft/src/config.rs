@@ -52,6 +52,10 @@ pub struct NodeConfig {
     /// How long a replication stream holds a commit back for entries to carry
     /// it before it sends a heartbeat of its own (openraft patch; zero: at once).
     pub commit_heartbeat_delay: Duration,
+    /// How many appends the leader keeps in flight to each follower (1 or 2;
+    /// openraft patch): with 2, entries appended while one is unanswered go
+    /// out at once behind it instead of a round trip later.
+    pub max_inflight_appends: u64,
     /// Raft election timeout range (lower bound; the upper is twice it).
     pub election_timeout: Duration,
     /// Build a snapshot (and purge the log behind it) after this many entries...
@@ -111,6 +115,7 @@ impl NodeConfig {
             lease_tick: Duration::from_millis(100),
             heartbeat: Duration::from_millis(60),
             commit_heartbeat_delay: Duration::from_millis(2),
+            max_inflight_appends: 2,
             election_timeout: Duration::from_millis(500),
             snapshot_every: 20_000,
             snapshot_log_ratio: 1.0,

@@ -2,7 +2,7 @@
 //! on pooled keep-alive connections, authenticated by the cluster secret.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use baton_store::{BatonNode, TypeConfig};
@@ -29,7 +29,15 @@ pub struct HttpNetwork {
     dial_overrides: Arc<BTreeMap<u64, String>>,
     late_after: Duration,
     versions: PeerLogVersions,
+    idle_since: IdleClocks,
 }
+
+/// For each peer, from when the leader's next append to it counts as the
+/// leader's own delay (see [`idle_from`]). Shared by all clients to a peer:
+/// openraft makes one per append it may keep in flight, and a client that sat
+/// unused while the other carried the appends would otherwise see a gap that
+/// was never there.
+type IdleClocks = Arc<Mutex<BTreeMap<u64, Instant>>>;
 
 /// The HTTP client every peer call shares: keep-alive connections, no Nagle,
 /// and a connect timeout well under the election timeout so an unreachable peer
@@ -75,6 +83,7 @@ impl HttpNetwork {
             dial_overrides: Arc::new(dial_overrides),
             late_after,
             versions,
+            idle_since: IdleClocks::default(),
         }
     }
 }
@@ -90,10 +99,11 @@ pub struct PeerClient {
     /// The log version this peer said last: the shared table is written only
     /// when it changes, not on every append.
     said: Option<u32>,
-    /// When the previous append to this peer ended or was given up (see
-    /// [`idle_from`]): openraft sends a peer one append at a time, so the time
-    /// from here to the next send is the leader's own delay.
-    idle_since: Option<Instant>,
+    /// When the previous append to this peer ended or was given up, by any
+    /// client to it (see [`idle_from`]): the time from there to the next send
+    /// is the leader's own delay. While another append is in flight it lies
+    /// ahead, at that append's time limit.
+    idle_since: IdleClocks,
 }
 
 impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
@@ -108,12 +118,32 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
             late_after: self.late_after,
             versions: self.versions.clone(),
             said: None,
-            idle_since: None,
+            idle_since: self.idle_since.clone(),
         }
     }
 }
 
 impl PeerClient {
+    /// From when the next append to this peer counts as the leader's delay.
+    fn idle_since(&self) -> Option<Instant> {
+        let clocks = self
+            .idle_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        clocks.get(&self.target).copied()
+    }
+
+    fn set_idle_since(&self, since: Option<Instant>) {
+        let mut clocks = self
+            .idle_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match since {
+            Some(since) => clocks.insert(self.target, since),
+            None => clocks.remove(&self.target),
+        };
+    }
+
     async fn call<Req, Resp, E>(
         &mut self,
         path: &str,
@@ -203,7 +233,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BatonNode, RaftError<u64>>> {
         let sent = Instant::now();
-        if let Some(idle) = self.idle_since.map(|at| sent.saturating_duration_since(at)) {
+        if let Some(idle) = self
+            .idle_since()
+            .map(|at| sent.saturating_duration_since(at))
+        {
             if idle > self.late_after {
                 tracing::warn!(
                     peer = self.target,
@@ -218,9 +251,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         // (No warning for an append that took long: openraft gives it one
         // heartbeat interval, under the warning threshold, and logs its
         // time-out itself, "error replication to target".)
-        self.idle_since = Some(sent + option.hard_ttl());
+        self.set_idle_since(Some(sent + option.hard_ttl()));
         let answer = self.call("append", &rpc, &option).await;
-        self.idle_since = idle_from(&answer);
+        self.set_idle_since(idle_from(&answer));
         answer
     }
 
@@ -233,7 +266,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         RPCError<u64, BatonNode, RaftError<u64, InstallSnapshotError>>,
     > {
         // Appends resume after the snapshot: the wait is the install's, not a gap.
-        self.idle_since = None;
+        self.set_idle_since(None);
         self.call("snapshot", &rpc, &option).await
     }
 
@@ -242,6 +275,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: VoteRequest<u64>,
         option: RPCOption,
     ) -> Result<VoteResponse<u64>, RPCError<u64, BatonNode, RaftError<u64>>> {
+        // A candidate: its appends as the next leader start a new clock.
+        self.set_idle_since(None);
         self.call("vote", &rpc, &option).await
     }
 }
@@ -251,11 +286,10 @@ mod tests {
     use super::*;
     use openraft::Vote;
 
-    /// A client for the peer at `raft_addr` (append time limit 50 ms, as
-    /// openraft gives it), and an empty append to send it.
-    async fn peer_at(raft_addr: String) -> (PeerClient, AppendEntriesRequest<TypeConfig>) {
+    /// A network as the leader's, and a peer node at `raft_addr` for it.
+    fn network_to(raft_addr: String) -> (HttpNetwork, BatonNode) {
         let client = peer_http_client(Duration::from_millis(200), None).expect("client");
-        let mut network = HttpNetwork::new(
+        let network = HttpNetwork::new(
             client,
             None,
             BTreeMap::new(),
@@ -266,6 +300,13 @@ mod tests {
             api_addr: String::new(),
             raft_addr,
         };
+        (network, node)
+    }
+
+    /// A client for the peer at `raft_addr` (append time limit 50 ms, as
+    /// openraft gives it), and an empty append to send it.
+    async fn peer_at(raft_addr: String) -> (PeerClient, AppendEntriesRequest<TypeConfig>) {
+        let (mut network, node) = network_to(raft_addr);
         let peer = network.new_client(2, &node).await;
         let request = AppendEntriesRequest {
             vote: Vote::new_committed(1, 1),
@@ -316,7 +357,7 @@ mod tests {
         assert!(matches!(error, RPCError::Network(_)), "{error:?}");
         // openraft sends the next append at once: a delay before it is the
         // leader's, and the leader's idle warning must see it.
-        assert!(peer.idle_since.is_some());
+        assert!(peer.idle_since().is_some());
         silent.abort();
     }
 
@@ -335,8 +376,39 @@ mod tests {
         )
         .await;
         assert!(dropped.is_err(), "the silent peer answered: {dropped:?}");
-        let idle_since = peer.idle_since.expect("the idle clock runs");
+        let idle_since = peer.idle_since().expect("the idle clock runs");
         assert!(idle_since >= sent + APPEND_LIMIT);
+        silent.abort();
+    }
+
+    /// With two appends in flight, openraft makes two clients to a peer: an
+    /// append on one starts the idle clock the other sees (or the other,
+    /// unused for a while, would warn of a leader gap that was not there),
+    /// and a vote request, sent by a candidate, stops it for both.
+    #[tokio::test]
+    async fn clients_to_one_peer_share_the_idle_clock() {
+        let (addr, silent) = silent_peer().await;
+        let (mut network, node) = network_to(addr);
+        let mut first = network.new_client(2, &node).await;
+        let mut second = network.new_client(2, &node).await;
+        let other_peer = network.new_client(3, &node).await;
+        let (_, request) = peer_at(String::new()).await;
+        assert!(second.idle_since().is_none());
+
+        let error = first
+            .append_entries(request, RPCOption::new(APPEND_LIMIT))
+            .await
+            .expect_err("no answer");
+        assert!(matches!(error, RPCError::Network(_)), "{error:?}");
+        assert!(first.idle_since().is_some());
+        assert_eq!(first.idle_since(), second.idle_since());
+        assert!(other_peer.idle_since().is_none(), "one clock per peer");
+        other_peer.set_idle_since(Some(Instant::now()));
+        assert_ne!(first.idle_since(), other_peer.idle_since());
+
+        let vote = VoteRequest::new(Vote::new(2, 1), None);
+        let _refused = second.vote(vote, RPCOption::new(APPEND_LIMIT)).await;
+        assert!(first.idle_since().is_none());
         silent.abort();
     }
 
@@ -349,6 +421,6 @@ mod tests {
         let (error, peer) = append_to(format!("http://{addr}")).await;
         assert!(matches!(error, RPCError::Unreachable(_)), "{error:?}");
         // openraft's back-off follows: not a delay to warn about.
-        assert!(peer.idle_since.is_none());
+        assert!(peer.idle_since().is_none());
     }
 }

@@ -722,6 +722,11 @@ fn expiry_commands(
 /// once and is retried on openraft's backoff, whatever this is.
 const SNAPSHOT_CHUNK_TIMEOUT_MS: u64 = 30_000;
 
+/// The most entries one append carries. Entries are batches of up to
+/// `max_batch` requests: a few dozen per append keep a catching-up request
+/// bounded.
+pub(crate) const MAX_PAYLOAD_ENTRIES: u64 = 64;
+
 /// openraft's configuration for a node configured as `config`.
 fn raft_config(config: &NodeConfig) -> Result<Config, StartError> {
     let heartbeat = config.heartbeat.as_millis() as u64;
@@ -730,15 +735,14 @@ fn raft_config(config: &NodeConfig) -> Result<Config, StartError> {
         cluster_name: "baton".to_owned(),
         heartbeat_interval: heartbeat.max(10),
         commit_heartbeat_delay_us: config.commit_heartbeat_delay.as_micros() as u64,
+        max_inflight_appends: config.max_inflight_appends,
         election_timeout_min: election.max(heartbeat * 3),
         election_timeout_max: (election * 2).max(heartbeat * 6),
         // Snapshot chunks travel as JSON (about 3.5 bytes per byte): 1 MiB chunks
         // keep each request small and well inside its timeout.
         snapshot_max_chunk_size: 1 << 20,
         install_snapshot_timeout: SNAPSHOT_CHUNK_TIMEOUT_MS.max(election),
-        // Entries are batches of up to `max_batch` requests: a few dozen per
-        // append keep a catching-up request bounded.
-        max_payload_entries: 64,
+        max_payload_entries: MAX_PAYLOAD_ENTRIES,
         // `snapshot_schedule` asks for snapshots: it also weighs the log
         // written against the last snapshot's size.
         snapshot_policy: SnapshotPolicy::Never,

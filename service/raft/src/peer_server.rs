@@ -36,7 +36,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::leader_call::LeaderCall;
 use crate::log_versions::LOG_VERSION_HEADER;
 use crate::network::CLUSTER_SECRET_HEADER;
-use crate::node::Node;
+use crate::node::{Node, MAX_PAYLOAD_ENTRIES};
 
 /// Largest peer request body: a catching-up append of 64 full batches, or a
 /// 1 MiB snapshot chunk, as JSON, with room to spare.
@@ -339,6 +339,7 @@ async fn append(node: &Node, body: Bytes) -> Response<Full<Bytes>> {
     handle(body, |rpc: AppendEntriesRequest<TypeConfig>| async {
         let term = rpc.vote.leader_id().term;
         let received = Instant::now();
+        wait_for_the_append_ahead(node, rpc.prev_log_id.map(|id| id.index)).await;
         let response = node.raft.append_entries(rpc).await;
         if matches!(&response, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
             warn_if_slow_to_answer(node, term, received.elapsed());
@@ -347,6 +348,42 @@ async fn append(node: &Node, body: Bytes) -> Response<Full<Bytes>> {
         response
     })
     .await
+}
+
+/// Waits, for half a heartbeat interval at most (the leader gives an append
+/// one: it must still be answered in time), until this node's log reaches `prev`,
+/// the index an append starts after, when it is at most one append's worth
+/// of entries ahead of the log.
+///
+/// A leader that keeps two appends in flight (`max_inflight_appends`) sends
+/// the second on another connection, so it can arrive before the first, which
+/// ends at `prev`. Handed to Raft first, it would be refused as a conflict and
+/// the leader would send both again from the matching position: a round trip
+/// lost. Handed in order, both are taken. A larger gap is a leader probing
+/// for where this log ends, and is answered at once.
+async fn wait_for_the_append_ahead(node: &Node, prev: Option<u64>) {
+    let Some(prev) = prev else {
+        return;
+    };
+    let missing = |metrics: &openraft::RaftMetrics<u64, baton_store::BatonNode>| {
+        let next = metrics.last_log_index.map_or(0, |last| last + 1);
+        prev.checked_sub(next).map(|behind| behind + 1)
+    };
+    let mut metrics = node.raft.metrics();
+    let gap = missing(&metrics.borrow());
+    if gap.is_none_or(|gap| gap > MAX_PAYLOAD_ENTRIES) {
+        return;
+    }
+    let caught_up = metrics.wait_for(|metrics| missing(metrics).is_none());
+    if tokio::time::timeout(node.config.heartbeat / 2, caught_up)
+        .await
+        .is_err()
+    {
+        tracing::debug!(
+            prev,
+            "the append ahead of this one did not come: Raft answers it"
+        );
+    }
 }
 
 /// Records an accepted leader RPC, and warns when the leader had been silent

@@ -179,6 +179,14 @@ pub struct ServeArgs {
     /// the commit (and applies it) at most this much later. 0: at once.
     #[arg(long, env = "BATON_COMMIT_HEARTBEAT_DELAY_US", default_value_t = 2000)]
     pub commit_heartbeat_delay_us: u64,
+    /// How many appends the leader keeps in flight to each follower: 1 or 2.
+    /// With 2, once a follower's position is known, entries appended while an
+    /// append to it is unanswered go out at once behind it, instead of one
+    /// round trip later: worth it when the round trip between nodes is long
+    /// against a disk sync (BENCHMARKS.md, "Two appends in flight").
+    #[arg(long, env = "BATON_MAX_INFLIGHT_APPENDS", default_value_t = 2,
+          value_parser = clap::value_parser!(u64).range(1..=2))]
+    pub max_inflight_appends: u64,
     /// Raft election timeout, lower bound (the upper bound is twice it). A follower
     /// calls an election after hearing nothing from the leader for the leader lease
     /// (twice this) plus a random 1-2 times this: 1.5-2 s with the default.
@@ -517,6 +525,7 @@ impl ServeArgs {
         config.lease_tick = Duration::from_millis(50);
         config.heartbeat = Duration::from_millis(self.heartbeat_ms);
         config.commit_heartbeat_delay = Duration::from_micros(self.commit_heartbeat_delay_us);
+        config.max_inflight_appends = self.max_inflight_appends;
         config.log_version = self.log_version;
         config.election_timeout = Duration::from_millis(self.election_timeout_ms);
         config.propose_timeout = Duration::from_millis(self.propose_timeout_ms.max(100));
@@ -674,6 +683,22 @@ mod tests {
         assert!(
             too_long.is_err_and(|e| e.starts_with("--commit-heartbeat-delay-us must be at most"))
         );
+    }
+
+    #[test]
+    fn two_appends_in_flight_unless_told_and_never_more() {
+        let node_config = |args: ServeArgs| {
+            args.node_config(1, "http://a:7879".to_owned())
+                .expect("config")
+        };
+        assert_eq!(node_config(serve_args(&[])).max_inflight_appends, 2);
+        let one = serve_args(&["--max-inflight-appends", "1"]);
+        assert_eq!(node_config(one).max_inflight_appends, 1);
+        for refused in ["0", "3"] {
+            let cli = Cli::try_parse_from(["baton", "serve", "--max-inflight-appends", refused]);
+            let error = cli.expect_err("refused").to_string();
+            assert!(error.contains("--max-inflight-appends"), "{error}");
+        }
     }
 
     #[test]

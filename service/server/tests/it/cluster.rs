@@ -1324,6 +1324,71 @@ async fn the_peer_listener_answers_what_is_not_a_peer_request_with_a_4xx() {
     assert_eq!(code, 200, "{body}");
 }
 
+/// A leader with two appends in flight (`--max-inflight-appends 2`, the
+/// default) sends the second on another connection, so a follower can get it
+/// before the first. The follower holds it until the first is in its log and
+/// takes both; handed to Raft at once, the second was refused as a conflict
+/// (`wait_for_the_append_ahead` in peer_server.rs; without the wait this test
+/// fails on the second answer). An append far beyond the log is a leader
+/// probing, and is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_takes_two_appends_that_arrive_in_the_wrong_order() {
+    let cluster = Cluster::start(1, &[]).await;
+    let (_, info) = cluster.get(1, "/v1/cluster").await;
+    let term = info["term"].as_u64().expect("term");
+    let last = info["commit_index"].as_u64().expect("commit index");
+    let url = format!("http://127.0.0.1:{}/raft/append", cluster.node(1).raft_port);
+    // A leader of a later term: node 1 follows it on its first append.
+    let leader = json!({"term": term + 1000, "node_id": 9});
+    let append = |prev: Value, first: u64, count: u64| {
+        let entries: Vec<Value> = (first..first + count)
+            .map(|index| json!({"log_id": {"leader_id": leader, "index": index}, "payload": "Blank"}))
+            .collect();
+        json!({
+            "vote": {"leader_id": leader, "committed": true},
+            "prev_log_id": prev,
+            "leader_commit": null,
+            "entries": entries,
+        })
+    };
+    let send = |body: Value| {
+        let request = cluster
+            .client
+            .post(&url)
+            .header("baton-cluster-secret", harness::SECRET)
+            .json(&body);
+        async move {
+            let response = request.send().await.expect("an answer");
+            response.json::<Value>().await.expect("a JSON answer")
+        }
+    };
+    let ahead = append(
+        json!({"leader_id": {"term": term, "node_id": 1}, "index": last}),
+        last + 1,
+        2,
+    );
+    let behind = append(json!({"leader_id": leader, "index": last + 2}), last + 3, 1);
+
+    let second = tokio::spawn(send(behind));
+    // Let the second one reach the node and wait there first.
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let first = send(ahead).await;
+    let second = second.await.expect("the second append");
+    assert_eq!(first, json!({"Ok": "Success"}));
+    assert_eq!(
+        second,
+        json!({"Ok": "Success"}),
+        "the second, arrived first"
+    );
+
+    let probe = append(
+        json!({"leader_id": leader, "index": last + 1000}),
+        last + 1001,
+        1,
+    );
+    assert_eq!(send(probe).await, json!({"Ok": "Conflict"}));
+}
+
 /// Issue 16: the cluster secret is rotated by three rolling restarts (accept the
 /// new one, send the new one, forget the old one), and after every single
 /// restart the cluster still takes writes through every node: no step leaves

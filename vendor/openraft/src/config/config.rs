@@ -162,6 +162,18 @@ pub struct Config {
     #[clap(long, default_value = "300")]
     pub max_payload_entries: u64,
 
+    /// Patched (Baton): how many AppendEntries requests a leader keeps in
+    /// flight to one follower: 1 (upstream's behaviour, the default) or 2.
+    ///
+    /// With 2, once the follower's matching position is known, entries
+    /// appended while a request is unanswered go out at once in a second
+    /// request that starts where the first ends, instead of a round trip
+    /// later. The two may travel on different connections: the follower's
+    /// network layer should hand them to Raft in order (a request that
+    /// arrives first is answered with a conflict, which costs a resend).
+    #[clap(long, default_value = "1")]
+    pub max_inflight_appends: u64,
+
     /// The distance behind in log replication a follower must fall before it is considered lagging
     ///
     /// A follower falls behind this index are replicated with snapshot.
@@ -320,6 +332,12 @@ impl Config {
 
         if self.max_payload_entries == 0 {
             return Err(ConfigError::MaxPayloadIs0);
+        }
+
+        if !(1..=2).contains(&self.max_inflight_appends) {
+            return Err(ConfigError::MaxInflightAppends {
+                value: self.max_inflight_appends,
+            });
         }
 
         Ok(self)

@@ -14,6 +14,10 @@ pub enum ConfigError {
     #[error("max_payload_entries must be > 0")]
     MaxPayloadIs0,
 
+    /// Patched (Baton).
+    #[error("max_inflight_appends must be 1 or 2, not {value}")]
+    MaxInflightAppends { value: u64 },
+
     #[error("election_timeout_min({election_timeout_min}) must be > heartbeat_interval({heartbeat_interval})")]
     ElectionTimeoutLTHeartBeat {
         election_timeout_min: u64,

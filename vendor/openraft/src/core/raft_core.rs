@@ -846,7 +846,11 @@ where
         let target_node = self.engine.state.membership_state.effective().get_node(&target).unwrap();
 
         let membership_log_id = self.engine.state.membership_state.effective().log_id();
-        let network = self.network.new_client(target.clone(), target_node).await;
+        // Patched (Baton): one network per AppendEntries that may be in flight.
+        let mut networks = Vec::new();
+        for _ in 0..self.config.max_inflight_appends.max(1) {
+            networks.push(self.network.new_client(target.clone(), target_node).await);
+        }
         let snapshot_network = self.network.new_client(target.clone(), target_node).await;
 
         let leader = self.engine.leader.as_ref().unwrap();
@@ -859,7 +863,7 @@ where
             self.config.clone(),
             self.engine.state.committed().cloned(),
             progress_entry.matching,
-            network,
+            networks,
             snapshot_network,
             self.log_store.get_log_reader().await,
             self.sm_handle.new_snapshot_reader(),

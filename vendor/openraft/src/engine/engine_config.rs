@@ -25,6 +25,9 @@ pub(crate) struct EngineConfig<NID: NodeId> {
     /// The maximum number of entries per payload allowed to be transmitted during replication
     pub(crate) max_payload_entries: u64,
 
+    /// Patched (Baton): [`Config::max_inflight_appends`].
+    pub(crate) max_inflight_appends: u64,
+
     pub(crate) timer_config: time_state::Config,
 }
 
@@ -36,6 +39,7 @@ impl<NID: NodeId> Default for EngineConfig<NID> {
             max_in_snapshot_log_to_keep: 1000,
             purge_batch_size: 256,
             max_payload_entries: 300,
+            max_inflight_appends: 1,
             timer_config: time_state::Config::default(),
         }
     }
@@ -50,6 +54,7 @@ impl<NID: NodeId> EngineConfig<NID> {
             max_in_snapshot_log_to_keep: config.max_in_snapshot_log_to_keep,
             purge_batch_size: config.purge_batch_size,
             max_payload_entries: config.max_payload_entries,
+            max_inflight_appends: config.max_inflight_appends,
             timer_config: time_state::Config {
                 election_timeout,
                 smaller_log_timeout: Duration::from_millis(config.election_timeout_max * 2),

@@ -7,11 +7,14 @@ pub(crate) mod request;
 pub(crate) mod request_id;
 pub(crate) mod response;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyerror::AnyError;
 use futures::future::FutureExt;
+use futures::stream::FuturesOrdered;
+use futures::StreamExt;
 pub(crate) use replication_session_id::ReplicationSessionId;
 use request::Data;
 use request::DataWithId;
@@ -31,6 +34,7 @@ use crate::display_ext::DisplayOptionExt;
 use crate::error::decompose::DecomposeResult;
 use crate::error::HigherVote;
 use crate::error::PayloadTooLarge;
+use crate::error::RaftError;
 use crate::error::RPCError;
 use crate::error::ReplicationClosed;
 use crate::error::ReplicationError;
@@ -76,9 +80,14 @@ where C: RaftTypeConfig
 
 /// A task responsible for sending replication events to a target follower in the Raft cluster.
 ///
-/// NOTE: we do not stack replication requests to targets because this could result in
-/// out-of-order delivery. We always buffer until we receive a success response, then send the
-/// next payload from the buffer.
+/// Patched (Baton): it keeps up to one AppendEntries in flight per network in
+/// `networks` ([`Config::max_inflight_appends`]), each on its own network, and
+/// handles their answers in the order they were sent. A request goes out
+/// behind another only when its range starts where the other's ends; anything
+/// else (a heartbeat, a snapshot, a resend after a conflict) waits until
+/// nothing is in flight. The follower may still receive two requests in the
+/// wrong order; it then answers the later one with a conflict, and the engine
+/// sends again from the matching position.
 pub(crate) struct ReplicationCore<C, N, LS>
 where
     C: RaftTypeConfig,
@@ -105,8 +114,17 @@ where
     /// RaftCore drops the only non-weak tx, the Receiver `rx_repl` will be closed.
     weak_tx_event: mpsc::WeakUnboundedSender<Replicate<C>>,
 
-    /// The `RaftNetwork` interface for replicating logs and heartbeat.
-    network: N::Network,
+    /// The `RaftNetwork` interfaces for replicating logs and heartbeat that
+    /// are not carrying a request now (patched, Baton: one per request that
+    /// may be in flight).
+    networks: Vec<N::Network>,
+
+    /// Patched (Baton): AppendEntries requests from RaftCore not sent yet, in order.
+    queued: VecDeque<DataWithId<LogIdRange<C::NodeId>>>,
+
+    /// Patched (Baton): the last log id of the last AppendEntries sent: a
+    /// queued request goes out behind the ones in flight only if it starts here.
+    last_sent: Option<LogId<C::NodeId>>,
 
     /// Another `RaftNetwork` specific for snapshot replication.
     ///
@@ -168,7 +186,7 @@ where
         config: Arc<Config>,
         committed: Option<LogId<C::NodeId>>,
         matching: Option<LogId<C::NodeId>>,
-        network: N::Network,
+        networks: Vec<N::Network>,
         snapshot_network: N::Network,
         log_reader: LS::LogReader,
         snapshot_reader: SnapshotReader<C>,
@@ -189,7 +207,9 @@ where
         let this = Self {
             target,
             session_id,
-            network,
+            networks,
+            queued: VecDeque::new(),
+            last_sent: None,
             snapshot_network: Arc::new(Mutex::new(snapshot_network)),
             snapshot_state: None,
             backoff: None,
@@ -216,117 +236,191 @@ where
 
     #[tracing::instrument(level="debug", skip(self), fields(session=%self.session_id, target=display(&self.target), cluster=%self.config.cluster_name))]
     async fn main(mut self) -> Result<(), ReplicationClosed> {
+        // Patched (Baton): appends in flight, answered in the order they were sent.
+        let mut in_flight = FuturesOrdered::new();
+        let rpc_timeout = Duration::from_millis(self.config.heartbeat_interval);
+
         loop {
-            let action = self.next_action.take();
-
-            let Some(d) = action else {
+            if in_flight.is_empty() && self.backoff.is_some() {
                 self.drain_events_with_backoff().await?;
-                continue;
-            };
-
-            // Heartbeats and entries carry the committed index.
-            if matches!(d, Data::Heartbeat | Data::Logs(_)) {
-                self.commit_heartbeat_due = None;
             }
 
-            // Backup the log data for retrying.
-            let mut log_data = None;
-
-            tracing::debug!(replication_data = display(&d), "{} send replication RPC", func_name!());
-
-            let request_id = d.request_id();
-
-            let res = match d {
-                Data::Heartbeat => {
-                    let m = &self.matching;
-                    // request_id==None will be ignored by RaftCore.
-                    let d = DataWithId::new(RequestId::new_heartbeat(), LogIdRange::new(m.clone(), m.clone()));
-
-                    log_data = Some(d.clone());
-                    self.send_log_entries(d).await
-                }
-                Data::Logs(log) => {
-                    log_data = Some(log.clone());
-                    self.send_log_entries(log).await
-                }
-                Data::Snapshot(snap) => self.stream_snapshot(snap).await,
-                Data::SnapshotCallback(resp) => self.handle_snapshot_callback(resp),
-            };
-
-            tracing::debug!(res = debug(&res), "replication action done");
-
-            match res {
-                Ok(next) => {
-                    // reset backoff at once if replication succeeds
-                    self.backoff = None;
-
-                    // If the RPC was successful but not finished, continue.
-                    if let Some(next) = next {
-                        self.next_action = Some(next);
+            while let Some(log_ids) = self.next_append(in_flight.len()) {
+                // Heartbeats and entries carry the committed index.
+                self.commit_heartbeat_due = None;
+                let request_id = log_ids.request_id();
+                match self.prepare_append(log_ids).await {
+                    Ok((payload, sent)) => {
+                        let network = self.networks.pop().expect("next_append() checks for a free network");
+                        self.last_sent = sent.data().last.clone();
+                        in_flight.push_back(Self::send_append(network, payload, sent, rpc_timeout));
+                    }
+                    Err(err) => {
+                        if let Some(quit) = self.handle_result(Err(err), request_id, None) {
+                            return quit;
+                        }
                     }
                 }
-                Err(err) => {
-                    tracing::warn!(error=%err, "error replication to target={}", self.target);
+            }
 
-                    match err {
-                        ReplicationError::Closed(closed) => {
-                            return Err(closed);
-                        }
-                        ReplicationError::HigherVote(h) => {
-                            let _ = self.tx_raft_core.send(Notify::Network {
-                                response: Response::HigherVote {
-                                    target: self.target,
-                                    higher: h.higher,
-                                    sender_vote: self.session_id.vote_ref().clone(),
-                                },
-                            });
-                            return Ok(());
-                        }
-                        ReplicationError::StorageError(error) => {
-                            tracing::error!(error=%error, "error replication to target={}", self.target);
-
-                            // TODO: report this error
-                            let _ = self.tx_raft_core.send(Notify::Network {
-                                response: Response::StorageError { error },
-                            });
-                            return Ok(());
-                        }
-                        ReplicationError::RPCError(err) => {
-                            tracing::error!(err = display(&err), "RPCError");
-
-                            let retry = match &err {
-                                RPCError::Timeout(_) => false,
-                                RPCError::Unreachable(_unreachable) => {
-                                    // If there is an [`Unreachable`] error, we will backoff for a
-                                    // period of time. Backoff will be reset if there is a
-                                    // successful RPC is sent.
-                                    if self.backoff.is_none() {
-                                        self.backoff = Some(self.network.backoff());
-                                    }
-                                    false
-                                }
-                                RPCError::PayloadTooLarge(too_large) => {
-                                    self.update_hint(too_large);
-
-                                    // PayloadTooLarge is a retryable error: retry at once.
-                                    self.next_action = Some(Data::Logs(log_data.unwrap()));
-                                    true
-                                }
-                                RPCError::Network(_) => false,
-                                RPCError::RemoteError(_) => false,
-                            };
-
-                            if retry {
-                                debug_assert!(self.next_action.is_some(), "next_action must be Some");
-                            } else {
-                                self.send_progress_error(request_id, err);
-                            }
+            if in_flight.is_empty() {
+                // Nothing is in flight and nothing to append: a snapshot, its
+                // callback, or wait for the next event.
+                if let Some(d) = self.next_action.take() {
+                    tracing::debug!(replication_data = display(&d), "{} replication action", func_name!());
+                    let request_id = d.request_id();
+                    let res = match d {
+                        Data::Snapshot(snap) => self.stream_snapshot(snap).await,
+                        Data::SnapshotCallback(resp) => self.handle_snapshot_callback(resp),
+                        other @ (Data::Heartbeat | Data::Logs(_)) => {
+                            self.schedule(other);
+                            continue;
                         }
                     };
+                    if let Some(quit) = self.handle_result(res, request_id, None) {
+                        return quit;
+                    }
                 }
-            };
+                self.drain_events_with_backoff().await?;
+                continue;
+            }
 
-            self.drain_events_with_backoff().await?;
+            select! {
+                answer = in_flight.next() => {
+                    let Some((network, append, res)) = answer else {
+                        continue;
+                    };
+                    self.networks.push(network);
+                    let request_id = append.sent.request_id();
+                    let log_data = append.sent.clone();
+                    let res = self.finish_append(append, res);
+                    tracing::debug!(res = debug(&res), "append done");
+                    if let Some(quit) = self.handle_result(res, request_id, Some(log_data)) {
+                        return quit;
+                    }
+                }
+                event = self.rx_event.recv() => {
+                    let event = event.ok_or(ReplicationClosed::new("rx_repl is closed while appends are in flight"))?;
+                    self.process_event(event);
+                }
+            }
+            self.try_drain_events().await?;
+        }
+    }
+
+    /// Patched (Baton): the next AppendEntries to send now, if any: the first
+    /// queued one, behind those in flight only when it starts where the last
+    /// one sent ends; a heartbeat only when nothing else is in flight or queued.
+    fn next_append(&mut self, in_flight: usize) -> Option<DataWithId<LogIdRange<C::NodeId>>> {
+        if self.networks.is_empty() {
+            return None;
+        }
+        if let Some(front) = self.queued.front() {
+            if in_flight == 0 || front.data().prev == self.last_sent {
+                return self.queued.pop_front();
+            }
+            return None;
+        }
+        if in_flight == 0 && matches!(self.next_action, Some(Data::Heartbeat)) {
+            self.next_action = None;
+            let m = &self.matching;
+            // request_id==None will be ignored by RaftCore.
+            return Some(DataWithId::new(
+                RequestId::new_heartbeat(),
+                LogIdRange::new(m.clone(), m.clone()),
+            ));
+        }
+        None
+    }
+
+    /// Patched (Baton): queue an action: entries in order, ahead of a pending
+    /// heartbeat (they carry what it would), anything else as the next action.
+    fn schedule(&mut self, d: Data<C>) {
+        match d {
+            Data::Logs(log_ids) => {
+                if matches!(self.next_action, Some(Data::Heartbeat)) {
+                    self.next_action = None;
+                }
+                self.queued.push_back(log_ids);
+            }
+            other => self.next_action = Some(other),
+        }
+    }
+
+    /// Handle the outcome of one replication action. `Some` ends the stream
+    /// with the value given, `None` goes on.
+    fn handle_result(
+        &mut self,
+        res: Result<Option<Data<C>>, ReplicationError<C::NodeId, C::Node>>,
+        request_id: RequestId,
+        log_data: Option<DataWithId<LogIdRange<C::NodeId>>>,
+    ) -> Option<Result<(), ReplicationClosed>> {
+        match res {
+            Ok(next) => {
+                // reset backoff at once if replication succeeds
+                self.backoff = None;
+
+                // If the RPC was successful but not finished, continue: the
+                // rest goes first.
+                match next {
+                    Some(Data::Logs(rest)) => self.queued.push_front(rest),
+                    Some(other) => self.schedule(other),
+                    None => {}
+                }
+                None
+            }
+            Err(err) => {
+                tracing::warn!(error=%err, "error replication to target={}", self.target);
+
+                match err {
+                    ReplicationError::Closed(closed) => Some(Err(closed)),
+                    ReplicationError::HigherVote(h) => {
+                        let _ = self.tx_raft_core.send(Notify::Network {
+                            response: Response::HigherVote {
+                                target: self.target.clone(),
+                                higher: h.higher,
+                                sender_vote: self.session_id.vote_ref().clone(),
+                            },
+                        });
+                        Some(Ok(()))
+                    }
+                    ReplicationError::StorageError(error) => {
+                        tracing::error!(error=%error, "error replication to target={}", self.target);
+
+                        // TODO: report this error
+                        let _ = self.tx_raft_core.send(Notify::Network {
+                            response: Response::StorageError { error },
+                        });
+                        Some(Ok(()))
+                    }
+                    ReplicationError::RPCError(err) => {
+                        tracing::error!(err = display(&err), "RPCError");
+
+                        match (&err, log_data) {
+                            (RPCError::PayloadTooLarge(too_large), Some(log_data)) => {
+                                self.update_hint(too_large);
+
+                                // PayloadTooLarge is a retryable error: retry at once.
+                                self.queued.push_front(log_data);
+                            }
+                            (RPCError::Unreachable(_unreachable), _) => {
+                                // If there is an [`Unreachable`] error, we will backoff for a
+                                // period of time. Backoff will be reset if there is a
+                                // successful RPC is sent.
+                                if self.backoff.is_none() {
+                                    self.backoff = Some(match self.networks.last() {
+                                        Some(network) => network.backoff(),
+                                        None => Backoff::new(std::iter::repeat(Duration::from_millis(500))),
+                                    });
+                                }
+                                self.send_progress_error(request_id, err);
+                            }
+                            _ => self.send_progress_error(request_id, err),
+                        }
+                        None
+                    }
+                }
+            }
         }
     }
 
@@ -363,23 +457,23 @@ where
         }
     }
 
-    /// Send an AppendEntries RPC to the target.
+    /// Patched (Baton): read the entries of `log_ids` and build the
+    /// AppendEntries that carries them (or as many as the store returns or
+    /// the hint allows: the rest is queued first, to go right behind it).
     ///
-    /// This request will timeout if no response is received within the
-    /// configured heartbeat interval.
-    ///
-    /// If an RPC is made but not completely finished, it returns the next action expected to do.
+    /// Returns the request and what it carries: the range actually sent.
     #[tracing::instrument(level = "debug", skip_all)]
-    async fn send_log_entries(
+    async fn prepare_append(
         &mut self,
         log_ids: DataWithId<LogIdRange<C::NodeId>>,
-    ) -> Result<Option<Data<C>>, ReplicationError<C::NodeId, C::Node>> {
+    ) -> Result<(AppendEntriesRequest<C>, DataWithId<LogIdRange<C::NodeId>>), ReplicationError<C::NodeId, C::Node>>
+    {
         let request_id = log_ids.request_id();
 
         tracing::debug!(
             request_id = display(request_id),
             log_id_range = display(log_ids.data()),
-            "send_log_entries",
+            "prepare_append",
         );
 
         // Series of logs to send, and the last log id to send
@@ -445,9 +539,14 @@ where
             }
         };
 
-        let leader_time = C::now();
+        // What is not sent now goes next, with the same request id.
+        if sending_range.last < log_ids.data().last {
+            self.queued.push_front(DataWithId::new(
+                request_id,
+                LogIdRange::new(sending_range.last.clone(), log_ids.data().last.clone()),
+            ));
+        }
 
-        // Build the heartbeat frame to be sent to the follower.
         let payload = AppendEntriesRequest {
             vote: self.session_id.vote_ref().clone(),
             prev_log_id: sending_range.prev.clone(),
@@ -455,21 +554,42 @@ where
             entries: logs,
         };
 
-        // Send the payload.
-        tracing::debug!(
-            payload=%payload.summary(),
-            now = debug(leader_time),
-            "start sending append_entries, timeout: {:?}",
-            self.config.heartbeat_interval
-        );
+        tracing::debug!(payload=%payload.summary(), "prepared append_entries");
 
-        let the_timeout = Duration::from_millis(self.config.heartbeat_interval);
-        let option = RPCOption::new(the_timeout);
-        let res = C::timeout(the_timeout, self.network.append_entries(payload, option)).await;
+        Ok((payload, DataWithId::new(request_id, sending_range)))
+    }
 
-        tracing::debug!("append_entries res: {:?}", res);
+    /// Patched (Baton): send one AppendEntries on `network`, within `timeout`,
+    /// and give the network back with the answer. It owns all it uses, so that
+    /// more than one can be in flight while the stream goes on.
+    async fn send_append(
+        mut network: N::Network,
+        payload: AppendEntriesRequest<C>,
+        sent: DataWithId<LogIdRange<C::NodeId>>,
+        timeout: Duration,
+    ) -> (N::Network, SentAppend<C>, AppendAnswer<C>) {
+        let leader_time = C::now();
+        let option = RPCOption::new(timeout);
+        let res = C::timeout(timeout, network.append_entries(payload, option)).await;
+        let answer = res.map_err(|_elapsed| timeout);
+        (network, SentAppend { sent, leader_time }, answer)
+    }
 
-        let append_res = res.map_err(|_e| {
+    /// Patched (Baton): the answer to one AppendEntries, reported to RaftCore.
+    ///
+    /// If the follower took only part of it, returns the rest to send.
+    fn finish_append(
+        &mut self,
+        append: SentAppend<C>,
+        answer: AppendAnswer<C>,
+    ) -> Result<Option<Data<C>>, ReplicationError<C::NodeId, C::Node>> {
+        let SentAppend { sent, leader_time } = append;
+        let request_id = sent.request_id();
+        let sending_range = sent.data().clone();
+
+        tracing::debug!("append_entries res: {:?}", answer);
+
+        let append_res = answer.map_err(|the_timeout| {
             let to = Timeout {
                 action: RPCTypes::AppendEntries,
                 id: self.session_id.vote_ref().leader_id().voted_for().unwrap(),
@@ -490,12 +610,12 @@ where
         match append_resp {
             AppendEntriesResponse::Success => {
                 let matching = sending_range.last;
-                let next = self.finish_success_append(matching, leader_time, log_ids);
+                let next = self.finish_success_append(matching, leader_time, sent);
                 Ok(next)
             }
             AppendEntriesResponse::PartialSuccess(matching) => {
                 Self::debug_assert_partial_success(&sending_range, &matching);
-                let next = self.finish_success_append(matching, leader_time, log_ids);
+                let next = self.finish_success_append(matching, leader_time, sent);
                 Ok(next)
             }
             AppendEntriesResponse::HigherVote(vote) => {
@@ -640,7 +760,7 @@ where
 
         // If there is next action to run, do not block waiting for events,
         // instead, just try the best to drain all events.
-        if self.next_action.is_none() {
+        if self.next_action.is_none() && self.queued.is_empty() {
             let recv = self.rx_event.recv();
             let event = match self.commit_heartbeat_due.clone() {
                 None => Some(recv.await),
@@ -708,7 +828,7 @@ where
                 // If there is no action, fill in an heartbeat action to send committed index.
                 // Patched (Baton): after `commit_heartbeat_delay`, unless entries go first
                 // (see `drain_events`).
-                if self.next_action.is_none() {
+                if self.next_action.is_none() && self.queued.is_empty() {
                     let delay = self.config.commit_heartbeat_delay();
                     if delay.is_zero() {
                         self.next_action = Some(Data::new_heartbeat());
@@ -719,15 +839,15 @@ where
             }
             Replicate::Heartbeat => {
                 // Never overwrite action with payload.
-                if self.next_action.is_none() {
+                if self.next_action.is_none() && self.queued.is_empty() {
                     self.next_action = Some(Data::new_heartbeat());
                 }
             }
             Replicate::Data(d) => {
-                // TODO: Currently there is at most 1 in flight data. But in future RaftCore may send next data
-                //       actions without waiting for the previous to finish.
+                // Patched (Baton): entries queue up (see `main`); there is at
+                // most one other action with payload at a time.
                 debug_assert!(
-                    !self.next_action.as_ref().map(|d| d.has_payload()).unwrap_or(false),
+                    matches!(d, Data::Logs(_)) || !self.next_action.as_ref().map(|d| d.has_payload()).unwrap_or(false),
                     "there can not be two actions with payload in flight, curr: {}",
                     self.next_action.as_ref().map(|d| d.to_string()).display()
                 );
@@ -749,7 +869,7 @@ where
                     }
                 }
 
-                self.next_action = Some(d);
+                self.schedule(d);
             }
         }
     }
@@ -935,3 +1055,21 @@ where
         );
     }
 }
+
+/// Patched (Baton): an AppendEntries sent, as [`ReplicationCore::send_append`]
+/// gives it back with its answer: the range it carried, and when it was sent
+/// (the leader's lease counts from then).
+struct SentAppend<C: RaftTypeConfig> {
+    sent: DataWithId<LogIdRange<C::NodeId>>,
+    leader_time: InstantOf<C>,
+}
+
+/// Patched (Baton): a follower's answer to an AppendEntries, or the time limit
+/// it did not answer within.
+type AppendAnswer<C> = Result<
+    Result<
+        AppendEntriesResponse<<C as RaftTypeConfig>::NodeId>,
+        RPCError<<C as RaftTypeConfig>::NodeId, <C as RaftTypeConfig>::Node, RaftError<<C as RaftTypeConfig>::NodeId>>,
+    >,
+    Duration,
+>;

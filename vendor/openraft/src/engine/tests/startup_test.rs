@@ -63,7 +63,9 @@ fn test_startup_as_leader_without_logs() -> anyhow::Result<()> {
                     matching: None,
                     curr_inflight_id: 0,
                     inflight: Inflight::None,
-                    searching_end: 0
+                    searching_end: 0,
+                    pipelined: None,
+                    inflight_pipelined: false,
                 })]
             },
             Command::AppendInputEntries {
@@ -108,7 +110,9 @@ fn test_startup_as_leader_with_proposed_logs() -> anyhow::Result<()> {
                     matching: None,
                     curr_inflight_id: 0,
                     inflight: Inflight::None,
-                    searching_end: 7
+                    searching_end: 7,
+                    pipelined: None,
+                    inflight_pipelined: false,
                 })]
             },
             Command::Replicate {

@@ -31,6 +31,18 @@ pub(crate) struct ProgressEntry<NID: NodeId> {
 
     /// One plus the max log index on the following node that might match the leader log.
     pub(crate) searching_end: u64,
+
+    /// Patched (Baton): a second AppendEntries sent while `inflight` is still
+    /// unanswered, as `(request id, last log id)`. It carries the entries
+    /// right after `inflight`'s and is only sent once the follower's matching
+    /// position is known (see [`Self::next_send_pipelined`]). When `inflight`
+    /// is fully acknowledged, this becomes `inflight`.
+    pub(crate) pipelined: Option<(u64, Option<LogId<NID>>)>,
+
+    /// Patched (Baton): `inflight` was sent pipelined, behind another request.
+    /// A conflict on it below the matching position means the follower saw it
+    /// before the request ahead of it, not that the follower lost entries.
+    pub(crate) inflight_pipelined: bool,
 }
 
 impl<NID: NodeId> ProgressEntry<NID> {
@@ -41,6 +53,8 @@ impl<NID: NodeId> ProgressEntry<NID> {
             curr_inflight_id: 0,
             inflight: Inflight::None,
             searching_end: matching.next_index(),
+            pipelined: None,
+            inflight_pipelined: false,
         }
     }
 
@@ -53,6 +67,8 @@ impl<NID: NodeId> ProgressEntry<NID> {
             curr_inflight_id: 0,
             inflight: Inflight::None,
             searching_end: end,
+            pipelined: None,
+            inflight_pipelined: false,
         }
     }
 
@@ -98,10 +114,26 @@ impl<NID: NodeId> ProgressEntry<NID> {
             "update_matching"
         );
 
+        if self.is_superseded(request_id) {
+            tracing::debug!(request_id, "an answer to a request replaced by a newer one: ignored");
+            return Ok(());
+        }
+        if self.pipelined.as_ref().is_some_and(|(id, _)| *id == request_id) {
+            // The pipelined request is answered first: the follower holds
+            // everything before it too.
+            self.promote_pipelined();
+        }
+
         self.inflight.ack(request_id, matching.clone())?;
 
         debug_assert!(matching >= self.matching);
         self.matching = matching;
+
+        // The first request is answered in full: the pipelined one is now the
+        // oldest in flight. Its range starts where the answered one ended.
+        if self.inflight.is_none() {
+            self.promote_pipelined();
+        }
 
         let matching_next = self.matching.next_index();
         self.searching_end = std::cmp::max(self.searching_end, matching_next);
@@ -133,7 +165,21 @@ impl<NID: NodeId> ProgressEntry<NID> {
         );
 
         if let Some(request_id) = request_id {
+            if self.is_superseded(request_id) {
+                tracing::debug!(request_id, "a conflict on a request replaced by a newer one: ignored");
+                return Ok(());
+            }
+            let pipelined = self.inflight_pipelined || self.pipelined.as_ref().is_some_and(|(id, _)| *id == request_id);
+            if pipelined {
+                // A pipelined request reached the follower before the one
+                // ahead of it, or after that one failed: send again from
+                // the matching position, which stays known.
+                tracing::debug!(request_id, conflict, "conflict on a pipelined request: resend");
+                self.reset_inflight();
+                return Ok(());
+            }
             self.inflight.conflict(request_id, conflict)?;
+            self.reset_inflight();
         }
 
         if conflict >= self.searching_end {
@@ -172,6 +218,70 @@ impl<NID: NodeId> ProgressEntry<NID> {
             );
         }
         Ok(())
+    }
+
+    /// Patched (Baton): whether an answer to `request_id` is for a request this
+    /// entry no longer waits for, because a reset (a conflict or an error on
+    /// a request ahead of it in the pipeline) replaced it with a newer one.
+    pub(crate) fn is_superseded(&self, request_id: u64) -> bool {
+        match self.inflight.get_id() {
+            Some(id) => request_id < id,
+            None => request_id <= self.curr_inflight_id,
+        }
+    }
+
+    /// Patched (Baton): forget every request in flight; the next
+    /// [`Self::next_send`] sends from the matching position again.
+    pub(crate) fn reset_inflight(&mut self) {
+        self.inflight = Inflight::None;
+        self.pipelined = None;
+        self.inflight_pipelined = false;
+    }
+
+    /// The pipelined request becomes the oldest one in flight.
+    fn promote_pipelined(&mut self) {
+        if let Some((id, last)) = self.pipelined.take() {
+            self.inflight = Inflight::logs(self.matching.clone(), last).with_id(id);
+            self.inflight_pipelined = true;
+        }
+    }
+
+    /// Patched (Baton): a second AppendEntries while one is in flight, with the
+    /// entries after the ones it carries, so that a new entry does not wait a
+    /// whole round trip for the request ahead of it to be answered.
+    ///
+    /// Only when the follower's matching position is known (the request in
+    /// flight starts there; a binary-search probe is never pipelined), at most
+    /// one such request at a time, and never behind a snapshot.
+    pub(crate) fn next_send_pipelined(
+        &mut self,
+        log_state: &impl LogStateReader<NID>,
+        max_entries: u64,
+    ) -> Option<Inflight<NID>> {
+        if self.pipelined.is_some() {
+            return None;
+        }
+        let Inflight::Logs { log_id_range, .. } = &self.inflight else {
+            return None;
+        };
+        if log_id_range.prev != self.matching || self.matching.next_index() < self.searching_end {
+            return None;
+        }
+        let start = log_id_range.last.next_index();
+        if start < log_state.purge_upto().next_index() {
+            return None;
+        }
+        let last_next = log_state.last_log_id().next_index();
+        if start >= last_next {
+            return None;
+        }
+        let end = std::cmp::min(start + max_entries, last_next);
+        let prev = log_id_range.last.clone();
+        let last = log_state.prev_log_id(end);
+
+        self.curr_inflight_id += 1;
+        self.pipelined = Some((self.curr_inflight_id, last.clone()));
+        Some(Inflight::logs(prev, last).with_id(self.curr_inflight_id))
     }
 
     /// Initialize a replication action: sending log entries or sending snapshot.

@@ -343,3 +343,151 @@ fn test_next_send() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+// Patched (Baton): a second AppendEntries in flight behind the first.
+
+/// A progress entry whose follower matches the leader up to `matching`, with
+/// one request in flight carrying `matching+1..=inflight_last`.
+fn sending_from_match(matching: u64, inflight_last: u64) -> ProgressEntry<u64> {
+    let mut pe = ProgressEntry::new(Some(log_id(matching)));
+    pe.curr_inflight_id = 1;
+    pe.inflight = inflight_logs(matching, inflight_last).with_id(1);
+    pe
+}
+
+#[test]
+fn test_pipelined_only_behind_logs_from_a_known_match() -> anyhow::Result<()> {
+    let log = LogState::new(1, 1, 20);
+
+    // Nothing in flight: nothing to pipeline behind (next_send() sends).
+    let mut pe = ProgressEntry::new(Some(log_id(5)));
+    assert_eq!(None, pe.next_send_pipelined(&log, 100));
+
+    // A binary-search probe in flight: where the follower's log ends is not
+    // known yet, so nothing goes behind it.
+    let mut pe = ProgressEntry::empty(20);
+    pe.matching = Some(log_id(2));
+    pe.inflight = inflight_logs(10, 20).with_id(1);
+    assert_eq!(None, pe.next_send_pipelined(&log, 100));
+
+    // A snapshot in flight: nothing behind it either.
+    let mut pe = ProgressEntry::new(Some(log_id(5)));
+    pe.inflight = Inflight::snapshot(Some(log_id(8))).with_id(1);
+    assert_eq!(None, pe.next_send_pipelined(&log, 100));
+
+    // Everything the leader has is already in flight.
+    let mut pe = sending_from_match(5, 20);
+    assert_eq!(None, pe.next_send_pipelined(&log, 100));
+    assert_eq!(None, pe.pipelined);
+
+    Ok(())
+}
+
+#[test]
+fn test_pipelined_starts_where_the_first_ends() -> anyhow::Result<()> {
+    let log = LogState::new(1, 1, 20);
+    let mut pe = sending_from_match(5, 10);
+
+    let sent = pe.next_send_pipelined(&log, 4);
+    assert_eq!(Some(inflight_logs(10, 14).with_id(2)), sent, "max_entries bounds it");
+    assert_eq!(Some((2, Some(log_id(14)))), pe.pipelined);
+    assert_eq!(2, pe.curr_inflight_id);
+
+    // One pipelined request at a time.
+    assert_eq!(None, pe.next_send_pipelined(&log, 4));
+
+    // Entries in either request are in use: not purged.
+    assert!(pe.is_log_range_inflight(&log_id(12)));
+    Ok(())
+}
+
+#[test]
+fn test_pipelined_becomes_inflight_when_the_first_is_answered() -> anyhow::Result<()> {
+    let log = LogState::new(1, 1, 20);
+    let mut pe = sending_from_match(5, 10);
+    pe.next_send_pipelined(&log, 100);
+
+    // A partial answer to the first: the pipelined one still waits behind it.
+    pe.update_matching(1, Some(log_id(8)))?;
+    assert_eq!(inflight_logs(8, 10).with_id(1), pe.inflight);
+    assert!(pe.pipelined.is_some());
+
+    pe.update_matching(1, Some(log_id(10)))?;
+    assert_eq!(inflight_logs(10, 20).with_id(2), pe.inflight);
+    assert_eq!(None, pe.pipelined);
+    assert!(pe.inflight_pipelined);
+
+    pe.update_matching(2, Some(log_id(20)))?;
+    assert_eq!(Inflight::None, pe.inflight);
+    assert_eq!(Some(log_id(20)), pe.matching);
+    assert_eq!(21, pe.searching_end);
+    Ok(())
+}
+
+#[test]
+fn test_an_answer_to_the_pipelined_request_first_covers_the_first() -> anyhow::Result<()> {
+    let log = LogState::new(1, 1, 20);
+    let mut pe = sending_from_match(5, 10);
+    pe.next_send_pipelined(&log, 100);
+
+    pe.update_matching(2, Some(log_id(20)))?;
+    assert_eq!(Inflight::None, pe.inflight);
+    assert_eq!(None, pe.pipelined);
+    assert_eq!(Some(log_id(20)), pe.matching);
+    Ok(())
+}
+
+/// The pipelined request reached the follower before the one ahead of it: a
+/// conflict at the end of the first, which the follower has by then. It is no
+/// sign of a follower that lost entries: send again from the match, and keep
+/// the search where it is.
+#[test]
+fn test_a_conflict_on_the_pipelined_request_resends_from_the_match() -> anyhow::Result<()> {
+    let log = LogState::new(1, 1, 20);
+    let mut pe = sending_from_match(5, 10);
+    pe.next_send_pipelined(&log, 100);
+    pe.update_matching(1, Some(log_id(10)))?;
+
+    pe.update_conflicting(Some(2), 10)?;
+    assert_eq!(Inflight::None, pe.inflight);
+    assert_eq!(None, pe.pipelined);
+    assert_eq!(Some(log_id(10)), pe.matching);
+    assert_eq!(11, pe.searching_end);
+
+    let next = pe.next_send(&log, 100);
+    assert_eq!(Ok(&inflight_logs(10, 20).with_id(3)), next);
+    Ok(())
+}
+
+/// After the first request fails (a time-out: the engine resets, see
+/// `ReplicationHandler::update_progress`), the pipelined one behind it is
+/// forgotten: its answer, success or conflict, changes nothing.
+#[test]
+fn test_answers_to_a_forgotten_pipelined_request_are_ignored() -> anyhow::Result<()> {
+    let log = LogState::new(1, 1, 20);
+    let mut pe = ProgressEntry::new(Some(log_id(5)));
+    pe.searching_end = 15;
+    pe.curr_inflight_id = 1;
+    pe.inflight = inflight_logs(5, 10).with_id(1);
+    // The match is known only up to 5 while the search ends at 15: still
+    // probing, nothing pipelined.
+    assert_eq!(None, pe.next_send_pipelined(&log, 100));
+
+    let mut pe = sending_from_match(5, 10);
+    pe.next_send_pipelined(&log, 100);
+    pe.reset_inflight();
+    assert_eq!(Inflight::None, pe.inflight);
+    assert_eq!(None, pe.pipelined);
+
+    assert!(pe.is_superseded(2));
+    pe.update_matching(2, Some(log_id(20)))?;
+    pe.update_conflicting(Some(2), 10)?;
+    assert_eq!(Some(log_id(5)), pe.matching);
+    assert_eq!(Inflight::None, pe.inflight);
+
+    // The resend has a newer id; an answer to it is not superseded.
+    let next = *pe.next_send(&log, 100).expect("a resend");
+    assert!(!pe.is_superseded(next.id()));
+    assert!(pe.is_superseded(2));
+    Ok(())
+}

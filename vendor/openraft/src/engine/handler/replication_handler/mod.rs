@@ -296,14 +296,20 @@ where C: RaftTypeConfig
                     // Reset inflight state and it will retry.
                     let p = self.leader.progress.get_mut(&target).unwrap();
 
-                    debug_assert!(
-                        p.inflight.is_my_id(request_id),
-                        "inflight({:?}) id should match: {}",
-                        p.inflight,
-                        request_id
-                    );
+                    // Patched (Baton): with a request pipelined behind another,
+                    // an error can answer one that a reset already replaced.
+                    let superseded = request_id.request_id().is_some_and(|id| p.is_superseded(id));
+                    if !superseded {
+                        debug_assert!(
+                            p.inflight.is_my_id(request_id)
+                                || p.pipelined.as_ref().is_some_and(|(id, _)| Some(*id) == request_id.request_id()),
+                            "inflight({:?}) id should match: {}",
+                            p.inflight,
+                            request_id
+                        );
 
-                    p.inflight = Inflight::None;
+                        p.reset_inflight();
+                    }
                 }
             }
         };
@@ -322,6 +328,8 @@ where C: RaftTypeConfig
 
             if let Ok(inflight) = r {
                 Self::send_to_target(self.output, &target, inflight);
+            } else if let Some(pipelined) = Self::pipeline(self.config, self.state.deref(), p) {
+                Self::send_to_target(self.output, &target, &pipelined);
             } else {
                 tracing::debug!("nothing to send to target={target}, progress:{}", p);
             }
@@ -337,7 +345,7 @@ where C: RaftTypeConfig
         for (target, prog_entry) in self.leader.progress.iter_mut() {
             if target != &self.config.id {
                 // Reset and resend(by self.send_to_all()) replication requests.
-                prog_entry.inflight = Inflight::None;
+                prog_entry.reset_inflight();
 
                 targets.push((target.clone(), prog_entry.clone()));
             }
@@ -366,6 +374,11 @@ where C: RaftTypeConfig
                 Ok(inflight) => {
                     Self::send_to_target(self.output, id, inflight);
                 }
+                Err(e) if !e.is_none() => {
+                    if let Some(pipelined) = Self::pipeline(self.config, self.state, prog_entry) {
+                        Self::send_to_target(self.output, id, &pipelined);
+                    }
+                }
                 Err(e) => {
                     tracing::debug!(
                         "no data to replicate for node-{}: current inflight: {:?}, send_none: {:?}",
@@ -383,6 +396,20 @@ where C: RaftTypeConfig
                 }
             }
         }
+    }
+
+    /// Patched (Baton): a request pipelined behind the one in flight to a
+    /// target, when [`EngineConfig::max_inflight_appends`] allows two and
+    /// there are entries after the ones in flight.
+    fn pipeline(
+        config: &EngineConfig<C::NodeId>,
+        state: &RaftState<C::NodeId, C::Node, InstantOf<C>>,
+        prog_entry: &mut ProgressEntry<C::NodeId>,
+    ) -> Option<Inflight<C::NodeId>> {
+        if config.max_inflight_appends < 2 {
+            return None;
+        }
+        prog_entry.next_send_pipelined(state, config.max_payload_entries)
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
