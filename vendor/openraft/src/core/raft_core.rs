@@ -1369,14 +1369,7 @@ where
                     let err = StorageIOError::write_logs(AnyError::new(&e));
                     return Err(Fatal::from(StorageError::from(err)));
                 }
-                // A flush reported after the vote changed counts for nothing:
-                // the new term's leader (this node again, or not) tracks its
-                // own progress.
-                if self.engine.leader.as_ref().is_some_and(|l| l.vote == vote) {
-                    if let Ok(mut lh) = self.engine.leader_handler() {
-                        lh.replication_handler().update_local_progress(Some(last_log_id));
-                    }
-                }
+                self.engine.local_log_flushed(&vote, last_log_id);
             }
 
             Notify::Network { response } => {

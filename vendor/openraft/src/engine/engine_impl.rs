@@ -764,6 +764,24 @@ where C: RaftTypeConfig
         }
     }
 
+    /// Patched (Baton): this node's own append of the entries up to
+    /// `last_log_id`, submitted as leader under `vote`, is on disk: the leader
+    /// counts itself towards their quorum.
+    ///
+    /// A flush reported after the vote changed counts for nothing: the new
+    /// term's leader (this node again, or not) tracks its own progress from
+    /// its own appends, and entries of the old term are not known to be in
+    /// the new leader's log at the same place.
+    pub(crate) fn local_log_flushed(&mut self, vote: &Vote<C::NodeId>, last_log_id: LogId<C::NodeId>) {
+        if !self.leader.as_ref().is_some_and(|leader| &leader.vote == vote) {
+            tracing::debug!(vote = display(vote), "a flush under another vote: ignored");
+            return;
+        }
+        if let Ok(mut leader_handler) = self.leader_handler() {
+            leader_handler.replication_handler().update_local_progress(Some(last_log_id));
+        }
+    }
+
     pub(crate) fn leader_handler(&mut self) -> Result<LeaderHandler<'_, C>, ForwardToLeader<C::NodeId, C::Node>> {
         let leader = match self.leader.as_mut() {
             None => {
