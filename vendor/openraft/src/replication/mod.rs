@@ -1,5 +1,6 @@
 //! Replication stream.
 
+mod append_queue;
 pub(crate) mod callbacks;
 pub(crate) mod hint;
 mod replication_session_id;
@@ -7,7 +8,6 @@ pub(crate) mod request;
 pub(crate) mod request_id;
 pub(crate) mod response;
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +15,7 @@ use anyerror::AnyError;
 use futures::future::FutureExt;
 use futures::stream::FuturesOrdered;
 use futures::StreamExt;
+use append_queue::AppendQueue;
 pub(crate) use replication_session_id::ReplicationSessionId;
 use request::Data;
 use request::DataWithId;
@@ -119,12 +120,8 @@ where
     /// may be in flight).
     networks: Vec<N::Network>,
 
-    /// Patched (Baton): AppendEntries requests from RaftCore not sent yet, in order.
-    queued: VecDeque<DataWithId<LogIdRange<C::NodeId>>>,
-
-    /// Patched (Baton): the last log id of the last AppendEntries sent: a
-    /// queued request goes out behind the ones in flight only if it starts here.
-    last_sent: Option<LogId<C::NodeId>>,
+    /// Patched (Baton): AppendEntries requests from RaftCore not sent yet.
+    queued: AppendQueue<C::NodeId>,
 
     /// Another `RaftNetwork` specific for snapshot replication.
     ///
@@ -208,8 +205,7 @@ where
             target,
             session_id,
             networks,
-            queued: VecDeque::new(),
-            last_sent: None,
+            queued: AppendQueue::default(),
             snapshot_network: Arc::new(Mutex::new(snapshot_network)),
             snapshot_state: None,
             backoff: None,
@@ -252,7 +248,7 @@ where
                 match self.prepare_append(log_ids).await {
                     Ok((payload, sent)) => {
                         let network = self.networks.pop().expect("next_append() checks for a free network");
-                        self.last_sent = sent.data().last.clone();
+                        self.queued.sent(sent.data().last.clone());
                         in_flight.push_back(Self::send_append(network, payload, sent, rpc_timeout));
                     }
                     Err(err) => {
@@ -281,7 +277,8 @@ where
                         return quit;
                     }
                 }
-                self.drain_events_with_backoff().await?;
+                // A back-off, if any, was waited for at the top of the loop.
+                self.drain_events().await?;
                 continue;
             }
 
@@ -315,11 +312,8 @@ where
         if self.networks.is_empty() {
             return None;
         }
-        if let Some(front) = self.queued.front() {
-            if in_flight == 0 || front.data().prev == self.last_sent {
-                return self.queued.pop_front();
-            }
-            return None;
+        if !self.queued.is_empty() {
+            return self.queued.next(in_flight);
         }
         if in_flight == 0 && matches!(self.next_action, Some(Data::Heartbeat)) {
             self.next_action = None;
@@ -341,7 +335,7 @@ where
                 if matches!(self.next_action, Some(Data::Heartbeat)) {
                     self.next_action = None;
                 }
-                self.queued.push_back(log_ids);
+                self.queued.received(log_ids);
             }
             other => self.next_action = Some(other),
         }
@@ -869,10 +863,14 @@ where
                     }
                 }
 
+                if matches!(d, Data::Snapshot(_)) {
+                    self.queued.snapshot_received();
+                }
                 self.schedule(d);
             }
         }
     }
+
 
     #[tracing::instrument(level = "info", skip_all)]
     async fn stream_snapshot(
