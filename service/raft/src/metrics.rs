@@ -181,6 +181,9 @@ pub struct NodeMetrics {
     lease_expiries: Counter,
     lease_revocations: Counter,
     keepalives: [Counter; 2],
+    /// Appends held until the one ahead of them arrived: taken in order, or
+    /// given up on (see `peer_server::wait_for_the_append_ahead`).
+    appends_ahead: [Counter; 2],
     waits_started: [Counter; 3],
     waits_ended: [[Counter; 5]; 3],
     wait_seconds: [Histogram; 3],
@@ -207,6 +210,7 @@ impl NodeMetrics {
             lease_expiries: Counter::new(),
             lease_revocations: Counter::new(),
             keepalives: Default::default(),
+            appends_ahead: Default::default(),
             waits_started: Default::default(),
             waits_ended: Default::default(),
             wait_seconds: std::array::from_fn(|_| Histogram::new(WAIT_SECONDS)),
@@ -289,6 +293,12 @@ impl NodeMetrics {
     /// The leader answered a keepalive: the lease was renewed, or unknown.
     pub(crate) fn keepalive(&self, renewed: bool) {
         self.keepalives[usize::from(!renewed)].inc();
+    }
+
+    /// A follower held an append that arrived before the one ahead of it:
+    /// that one came (`in_order`), or not within the time allowed.
+    pub(crate) fn append_ahead(&self, in_order: bool) {
+        self.appends_ahead[usize::from(!in_order)].inc();
     }
 
     /// A request joined a line on this node.
@@ -410,6 +420,15 @@ impl Node {
             &[
                 (vec!["renewed".to_owned()], m.keepalives[0].get()),
                 (vec!["not_found".to_owned()], m.keepalives[1].get()),
+            ],
+        );
+        out.counter_series(
+            "baton_raft_appends_ahead_total",
+            "Appends from the leader that reached this follower before the one ahead of them (two in flight, on two connections) and were held: in_order, the one ahead came and both were taken; given_up, it did not come within half a heartbeat (or the leader was probing just past this log).",
+            &["outcome"],
+            &[
+                (vec!["in_order".to_owned()], m.appends_ahead[0].get()),
+                (vec!["given_up".to_owned()], m.appends_ahead[1].get()),
             ],
         );
         let started: Vec<(Vec<String>, u64)> = WAIT_KINDS

@@ -375,10 +375,12 @@ async fn wait_for_the_append_ahead(node: &Node, prev: Option<u64>) {
         return;
     }
     let caught_up = metrics.wait_for(|metrics| missing(metrics).is_none());
-    if tokio::time::timeout(node.config.heartbeat / 2, caught_up)
-        .await
-        .is_err()
-    {
+    let in_order = matches!(
+        tokio::time::timeout(node.config.heartbeat / 2, caught_up).await,
+        Ok(Ok(_))
+    );
+    node.metrics.append_ahead(in_order);
+    if !in_order {
         tracing::debug!(
             prev,
             "the append ahead of this one did not come: Raft answers it"

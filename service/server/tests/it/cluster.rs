@@ -1330,7 +1330,8 @@ async fn the_peer_listener_answers_what_is_not_a_peer_request_with_a_4xx() {
 /// takes both; handed to Raft at once, the second was refused as a conflict
 /// (`wait_for_the_append_ahead` in peer_server.rs; without the wait this test
 /// fails on the second answer). An append far beyond the log is a leader
-/// probing, and is refused.
+/// probing, and is refused at once; one just past it whose predecessor never
+/// comes is refused after the wait. `/metrics` counts both holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_takes_two_appends_that_arrive_in_the_wrong_order() {
     let cluster = Cluster::start(1, &[]).await;
@@ -1387,6 +1388,28 @@ async fn a_follower_takes_two_appends_that_arrive_in_the_wrong_order() {
         1,
     );
     assert_eq!(send(probe).await, json!({"Ok": "Conflict"}));
+
+    // One just past the log whose predecessor never comes: held for half a
+    // heartbeat, then refused.
+    let orphan = append(json!({"leader_id": leader, "index": last + 4}), last + 5, 1);
+    assert_eq!(send(orphan).await, json!({"Ok": "Conflict"}));
+
+    let metrics = cluster
+        .client
+        .get(format!("{}/metrics", cluster.node(1).api))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    for (outcome, count) in [("in_order", 1), ("given_up", 1)] {
+        let line = format!("baton_raft_appends_ahead_total{{outcome=\"{outcome}\"}} {count}");
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no `{line}` in:\n{metrics}"
+        );
+    }
 }
 
 /// Issue 16: the cluster secret is rotated by three rolling restarts (accept the
