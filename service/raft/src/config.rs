@@ -86,6 +86,11 @@ pub struct NodeConfig {
     pub propose_timeout: Duration,
     /// Log and vote durability (only the fault harness turns it off).
     pub durability: Durability,
+    /// MiB of RocksDB's write-ahead log written before the node serves, so that
+    /// synced appends overwrite written blocks (`baton_store::StoreOptions`).
+    /// 0 here, which spares the test suite's many nodes 120 MiB of writes each;
+    /// `baton serve` sets 60 (`--wal-prewrite-mib`).
+    pub wal_prewrite_mib: u32,
     /// Watch streams: history, lag bound, quotas, bookmark interval.
     pub watch: WatchConfig,
     /// The log version this node tells its peers it runs, at most
@@ -127,6 +132,7 @@ impl NodeConfig {
             dial_overrides: BTreeMap::new(),
             propose_timeout: Duration::from_secs(10),
             durability: Durability::Synced,
+            wal_prewrite_mib: 0,
             watch: WatchConfig::default(),
             log_version: baton_core::LOG_VERSION,
             idle_poll: Arc::new(IdlePoll::default()),

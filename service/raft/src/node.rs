@@ -135,8 +135,13 @@ impl Node {
     pub async fn start(config: NodeConfig) -> Result<Arc<Node>, StartError> {
         crate::log_versions::check_log_version(config.log_version).map_err(StartError::Config)?;
         std::fs::create_dir_all(&config.data_dir)?;
-        let (log_store, state_machine) =
-            baton_store::open_with(&config.data_dir, config.durability)?;
+        let (log_store, state_machine) = baton_store::open_with(
+            &config.data_dir,
+            baton_store::StoreOptions {
+                durability: config.durability,
+                wal_prewrite_mib: config.wal_prewrite_mib,
+            },
+        )?;
         let shared = state_machine.shared();
         let clock = Arc::new(LeaseClock::default());
         let waiters = Arc::new(WaiterRegistry::default());

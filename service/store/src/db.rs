@@ -6,6 +6,7 @@ use std::sync::Arc;
 use rocksdb::{ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options, WriteOptions, DB};
 
 use crate::error::StoreError;
+use crate::wal_prewrite;
 
 /// Log entries, keyed by big-endian index.
 pub(crate) const CF_LOG: &str = "log";
@@ -26,8 +27,13 @@ pub(crate) const KEY_SNAPSHOT_FILE: &[u8] = b"current-file";
 /// [`CF_SNAPSHOT`]; moved into a file when found.
 pub(crate) const KEY_SNAPSHOT_INLINE: &[u8] = b"current";
 
-/// Opens (creating if needed) the database with all column families.
-pub(crate) fn open_db(path: &Path) -> Result<Arc<DB>, StoreError> {
+/// Opens (creating if needed) the database with all column families; with
+/// `wal_prewrite_mib` above 0, write-ahead log files are recycled and the first
+/// one is prewritten ([`wal_prewrite`]).
+pub(crate) fn open_db(path: &Path, wal_prewrite_mib: u32) -> Result<Arc<DB>, StoreError> {
+    if wal_prewrite_mib > wal_prewrite::MAX_WAL_PREWRITE_MIB {
+        return Err(StoreError::WalPrewriteTooLarge(wal_prewrite_mib));
+    }
     std::fs::create_dir_all(path).map_err(|source| StoreError::CreateDir {
         path: path.to_path_buf(),
         source,
@@ -39,13 +45,22 @@ pub(crate) fn open_db(path: &Path) -> Result<Arc<DB>, StoreError> {
     // The workspace builds RocksDB without compression libraries; say so
     // instead of relying on RocksDB's fallback when snappy is absent.
     opts.set_compression_type(DBCompressionType::None);
+    if wal_prewrite_mib > 0 {
+        wal_prewrite::recycling_options(&mut opts);
+    }
 
     let cfs = [CF_LOG, CF_META, CF_SNAPSHOT].map(|name| {
         let mut cf_opts = Options::default();
         cf_opts.set_compression_type(DBCompressionType::None);
+        if name == CF_META {
+            cf_opts.set_write_buffer_size(wal_prewrite::META_WRITE_BUFFER_BYTES);
+        }
         ColumnFamilyDescriptor::new(name, cf_opts)
     });
     let db = DB::open_cf_descriptors(&opts, path, cfs)?;
+    if wal_prewrite_mib > 0 {
+        wal_prewrite::prewrite(&db, path, wal_prewrite_mib)?;
+    }
     Ok(Arc::new(db))
 }
 

@@ -19,6 +19,21 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// The data directory could not be listed.
+    #[error("cannot read directory {path}: {source}")]
+    ReadDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A write-ahead log prewrite larger than one memtable holds was asked for.
+    #[error(
+        "a write-ahead log prewrite of {0} MiB is more than the {max} MiB allowed",
+        max = crate::MAX_WAL_PREWRITE_MIB
+    )]
+    WalPrewriteTooLarge(u32),
     /// RocksDB reported an error (I/O, corruption, lock held by another process).
     #[error("rocksdb: {0}")]
     Rocks(#[from] rocksdb::Error),

@@ -35,6 +35,9 @@
 //!   log keys as big-endian indexes.
 //! - `db`: opening RocksDB with its column families (`log`, `meta`, `snapshot`) and keys.
 //! - `error`: [`StoreError`], failures of opening, encoding and RocksDB.
+//! - `wal_prewrite`: RocksDB's write-ahead log files written in full when the store
+//!   opens and recycled after, so synced appends overwrite blocks instead of growing
+//!   a file (no journal commit per sync).
 //! - `metrics`: [`StoreMetrics`], append and fsync latency, entries written, snapshots
 //!   built, commit-to-apply lag.
 //! - `stage_times`: [`stage_times()`], when this node appended, synced and applied each
@@ -54,6 +57,7 @@ mod snapshot_builder;
 mod stage_times;
 mod state_machine_store;
 mod type_config;
+mod wal_prewrite;
 
 use std::path::Path;
 
@@ -68,6 +72,7 @@ pub use type_config::{
     BatonNode, Entry, EntryPayload, LogId, LogState, Membership, NodeId, Snapshot, SnapshotMeta,
     StorageError, StorageResult, StoredMembership, TypeConfig, Vote,
 };
+pub use wal_prewrite::MAX_WAL_PREWRITE_MIB;
 
 /// The directory, inside the data directory, that holds the current snapshot's
 /// file (and, briefly, one being written or received).
@@ -81,7 +86,20 @@ pub const SNAPSHOT_DIR: &str = "snapshots";
 /// both halves of the first are dropped (openraft drops them when the `Raft`
 /// shuts down).
 pub fn open(path: &Path) -> Result<(LogStore, StateMachineStore), StoreError> {
-    open_with(path, Durability::Synced)
+    open_with(path, StoreOptions::default())
+}
+
+/// How [`open_with`] opens a store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// How the log and the vote reach the disk.
+    pub durability: Durability,
+    /// MiB written into each of RocksDB's first two write-ahead log files when
+    /// the store opens, which are then recycled, so that synced appends
+    /// overwrite written blocks instead of growing a file (the `wal_prewrite`
+    /// module). 0 (the default here; `baton serve` writes 60): neither. At most
+    /// [`MAX_WAL_PREWRITE_MIB`]. Ignored when `durability` does not sync.
+    pub wal_prewrite_mib: u32,
 }
 
 /// How the log and the vote reach the disk.
@@ -118,12 +136,21 @@ impl Durability {
     }
 }
 
-/// [`open`] with a chosen [`Durability`].
+/// [`open`] with chosen [`StoreOptions`].
 pub fn open_with(
     path: &Path,
-    durability: Durability,
+    options: StoreOptions,
 ) -> Result<(LogStore, StateMachineStore), StoreError> {
-    let db = db::open_db(path)?;
+    let StoreOptions {
+        durability,
+        wal_prewrite_mib,
+    } = options;
+    let prewrite = if durability.syncs() {
+        wal_prewrite_mib
+    } else {
+        0
+    };
+    let db = db::open_db(path, prewrite)?;
     // One set per node, shared by both halves (`StateMachineStore::metrics`).
     let metrics = std::sync::Arc::new(StoreMetrics::default());
     let state_machine = StateMachineStore::open(

@@ -287,7 +287,7 @@ mod tests {
     #[tokio::test]
     async fn writes_are_done_in_the_order_they_were_submitted() {
         let dir = tempfile::tempdir().unwrap();
-        let db = open_db(dir.path()).unwrap();
+        let db = open_db(dir.path(), 0).unwrap();
         let writer = LogWriter::start(db.clone(), Durability::Synced).unwrap();
         let order = Arc::new(Mutex::new(Vec::new()));
         for i in 0..200u32 {
@@ -334,7 +334,7 @@ mod tests {
     #[tokio::test]
     async fn a_write_is_done_here_only_when_nothing_is_queued() {
         let dir = tempfile::tempdir().unwrap();
-        let db = open_db(dir.path()).unwrap();
+        let db = open_db(dir.path(), 0).unwrap();
         let writer = LogWriter::start(db.clone(), Durability::Synced).unwrap();
         assert!(writer
             .write_here_if_idle(put(&db, b"k", b"1"), true)
@@ -360,7 +360,7 @@ mod tests {
     #[tokio::test]
     async fn after_a_failed_write_nothing_more_is_written() {
         let dir = tempfile::tempdir().unwrap();
-        let mut db = open_db(dir.path()).unwrap();
+        let mut db = open_db(dir.path(), 0).unwrap();
         Arc::get_mut(&mut db)
             .unwrap()
             .create_cf("doomed", &rocksdb::Options::default())
@@ -417,7 +417,7 @@ mod tests {
     #[tokio::test]
     async fn a_write_is_readable_once_awaited_and_the_thread_stops_on_drop() {
         let dir = tempfile::tempdir().unwrap();
-        let db = open_db(dir.path()).unwrap();
+        let db = open_db(dir.path(), 0).unwrap();
         let writer = LogWriter::start(db.clone(), Durability::Synced).unwrap();
         writer.write(put(&db, b"vote", b"1"), true).await.unwrap();
         let cf = db::cf(&db, CF_META).unwrap();

@@ -562,7 +562,7 @@ mod tests {
         let meta = meta_of(&applied, "2-9-4");
         let data = SnapshotEnvelope::of(&applied).encode().unwrap();
         {
-            let db = db::open_db(dir.path()).unwrap();
+            let db = db::open_db(dir.path(), 0).unwrap();
             let inline = StoredSnapshot {
                 seq: 4,
                 meta: meta.clone(),
@@ -575,7 +575,7 @@ mod tests {
             )
             .unwrap();
         }
-        let db = db::open_db(dir.path()).unwrap();
+        let db = db::open_db(dir.path(), 0).unwrap();
         let snapshots = dir.path().join("snapshots");
         let (store, record) =
             SnapshotStore::open(db.clone(), snapshots.clone(), crate::Durability::Synced).unwrap();
@@ -598,7 +598,7 @@ mod tests {
     fn a_replaced_snapshot_file_and_leftovers_are_removed() {
         let dir = TempDir::new().unwrap();
         let snapshots = dir.path().join("snapshots");
-        let db = db::open_db(dir.path()).unwrap();
+        let db = db::open_db(dir.path(), 0).unwrap();
         let applied = applied();
         {
             let (store, _) =

@@ -37,6 +37,19 @@ async fn call(
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
+/// The size of the write-ahead log file RocksDB writes in `data_dir` (the one
+/// with the highest number).
+fn newest_wal_file_bytes(data_dir: &Path) -> u64 {
+    let mut logs: Vec<_> = std::fs::read_dir(data_dir)
+        .unwrap()
+        .map(|entry| entry.unwrap())
+        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".log"))
+        .map(|entry| (entry.file_name(), entry.metadata().unwrap().len()))
+        .collect();
+    logs.sort();
+    logs.last().map_or(0, |(_, bytes)| *bytes)
+}
+
 #[tokio::test]
 async fn kill_9_loses_no_acknowledged_grant() {
     let dir = tempfile::tempdir().unwrap();
@@ -115,6 +128,15 @@ async fn kill_9_loses_no_acknowledged_grant() {
         .as_u64()
         .unwrap();
 
+    // `serve` prewrites RocksDB's write-ahead log (`--wal-prewrite-mib`, 60
+    // by default), so the crash below leaves a recycled file whose tail still
+    // holds the padding of its earlier use: recovery must keep every synced
+    // write before it and stop there.
+    let active = newest_wal_file_bytes(dir.path());
+    assert!(
+        active >= 60 << 20,
+        "the log file in use is {active} bytes: not the prewritten one"
+    );
     server.child.kill().unwrap();
     server.child.wait().unwrap();
 
@@ -163,7 +185,20 @@ async fn kill_9_loses_no_acknowledged_grant() {
     .await;
     assert_eq!(status, 200);
     let max_old = grants.iter().map(|(_, t)| *t).max().unwrap();
-    assert!(fresh["token"].as_u64().unwrap() > max_old.max(before));
+    let fresh_token = fresh["token"].as_u64().unwrap();
+    assert!(fresh_token > max_old.max(before));
+
+    // Again on the files the restart prewrote.
+    assert!(newest_wal_file_bytes(dir.path()) >= 60 << 20);
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let mut server = start(dir.path(), port).await;
+    let lock = harness::get_json(&client, &format!("{base}/v1/locks/after-restart")).await;
+    assert_eq!(lock["token"].as_u64(), Some(fresh_token), "{lock}");
+    for (name, token) in &grants {
+        let lock = harness::get_json(&client, &format!("{base}/v1/locks/{name}")).await;
+        assert_eq!(lock["token"].as_u64(), Some(*token), "{name}: {lock}");
+    }
     server.child.kill().unwrap();
     server.child.wait().unwrap();
 }
