@@ -620,6 +620,20 @@ mod tests {
         }
     }
 
+    /// The node configuration `baton serve <extra>` gives node 1.
+    fn node_config(extra: &[&str]) -> NodeConfig {
+        serve_args(extra)
+            .node_config(1, "http://a:7879".to_owned())
+            .expect("config")
+    }
+
+    /// Asserts that `baton serve <flag> <value>` is refused, naming the flag.
+    fn refused(flag: &str, value: &str) {
+        let cli = Cli::try_parse_from(["baton", "serve", flag, value]);
+        let error = cli.expect_err("refused").to_string();
+        assert!(error.contains(flag), "{error}");
+    }
+
     #[test]
     fn the_snapshot_log_ratio_must_be_a_sensible_multiple() {
         assert_eq!(serve_args(&[]).validate(), Ok(()));
@@ -697,32 +711,22 @@ mod tests {
 
     #[test]
     fn two_appends_in_flight_unless_told_and_never_more() {
-        let node_config = |args: ServeArgs| {
-            args.node_config(1, "http://a:7879".to_owned())
-                .expect("config")
-        };
-        assert_eq!(node_config(serve_args(&[])).max_inflight_appends, 2);
-        let one = serve_args(&["--max-inflight-appends", "1"]);
-        assert_eq!(node_config(one).max_inflight_appends, 1);
-        for refused in ["0", "3"] {
-            let cli = Cli::try_parse_from(["baton", "serve", "--max-inflight-appends", refused]);
-            let error = cli.expect_err("refused").to_string();
-            assert!(error.contains("--max-inflight-appends"), "{error}");
+        assert_eq!(node_config(&[]).max_inflight_appends, 2);
+        let one = node_config(&["--max-inflight-appends", "1"]);
+        assert_eq!(one.max_inflight_appends, 1);
+        for value in ["0", "3"] {
+            refused("--max-inflight-appends", value);
         }
     }
 
     #[test]
     fn the_log_is_prewritten_unless_told_and_never_past_the_memtable() {
-        let node_config = |args: ServeArgs| {
-            args.node_config(1, "http://a:7879".to_owned())
-                .expect("config")
-        };
-        assert_eq!(node_config(serve_args(&[])).wal_prewrite_mib, 60);
-        let off = serve_args(&["--wal-prewrite-mib", "0"]);
-        assert_eq!(node_config(off).wal_prewrite_mib, 0);
-        let cli = Cli::try_parse_from(["baton", "serve", "--wal-prewrite-mib", "61"]);
-        let error = cli.expect_err("refused").to_string();
-        assert!(error.contains("--wal-prewrite-mib"), "{error}");
+        assert_eq!(node_config(&[]).wal_prewrite_mib, 60);
+        assert_eq!(
+            node_config(&["--wal-prewrite-mib", "0"]).wal_prewrite_mib,
+            0
+        );
+        refused("--wal-prewrite-mib", "61");
     }
 
     #[test]
