@@ -65,10 +65,10 @@ pub(crate) fn recycling_options(opts: &mut Options) {
 
 /// Makes the write-ahead log file that `db` writes next at least `mib` MiB of
 /// written blocks (see the module's docs). Call it right after opening, before
-/// anything else writes. Returns the active file's size; a warning is logged
+/// anything else writes. A warning is logged
 /// when RocksDB did not hand back a written file within [`MAX_ROUNDS`] (the
 /// node then works as without a prewrite).
-pub(crate) fn prewrite(db: &DB, dir: &Path, mib: u32) -> Result<u64, StoreError> {
+pub(crate) fn prewrite(db: &DB, dir: &Path, mib: u32) -> Result<(), StoreError> {
     let target = u64::from(mib) << 20;
     let started = Instant::now();
     let meta = cf(db, CF_META)?;
@@ -86,7 +86,7 @@ pub(crate) fn prewrite(db: &DB, dir: &Path, mib: u32) -> Result<u64, StoreError>
                 took_ms = started.elapsed().as_millis() as u64,
                 "write-ahead log prewritten: synced appends overwrite written blocks"
             );
-            return Ok(size);
+            return Ok(());
         }
         let mut padding = WriteBatch::default();
         for i in 0..mib {
@@ -106,7 +106,7 @@ pub(crate) fn prewrite(db: &DB, dir: &Path, mib: u32) -> Result<u64, StoreError>
         active_file_bytes = size,
         "the write-ahead log file in use is not a prewritten one: its synced appends cost a journal commit each until it is recycled"
     );
-    Ok(size)
+    Ok(())
 }
 
 /// The size of the write-ahead log file RocksDB writes now.
