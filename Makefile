@@ -90,7 +90,7 @@ test-clients: build
 # Fuzzing from the spec (issue 16): schemathesis on the committed openapi/baton.json
 # against real nodes with auth on: every phase (stateful ones following the spec's
 # links) and every check, seed 7, a bounded number of examples per operation
-# (about 3.5 minutes on 2 cores). BATON_FUZZ_REPORT_DIR=/some/dir keeps the
+# (about 2 minutes on 2 cores). BATON_FUZZ_REPORT_DIR=/some/dir keeps the
 # reports and the node logs.
 test-fuzz: build
 	@.ci/setup python

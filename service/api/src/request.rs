@@ -154,7 +154,8 @@ pub struct ReadQuery {
     /// (this replica's state, possibly stale).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consistency: Option<String>,
-    /// Answer from this replica once it has applied this revision (waits up to 3 s).
+    /// Answer from this replica once it has applied this revision (waits up to
+    /// the node's `--min-revision-wait-ms`, 3 s by default).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_revision: Option<u64>,
 }
@@ -175,7 +176,10 @@ pub async fn settle_read(state: &ApiState, query: &ReadQuery) -> Result<(), ApiE
     if let Some(revision) = query.min_revision {
         state
             .node
-            .wait_for_revision(revision, Duration::from_secs(3))
+            .wait_for_revision(
+                revision,
+                Duration::from_millis(state.settings.min_revision_wait_ms),
+            )
             .await?;
     } else if linearizable {
         state.node.linearizable().await?;
@@ -201,7 +205,8 @@ pub struct ListQuery {
     /// (this replica's state, possibly stale).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consistency: Option<String>,
-    /// Answer from this replica once it has applied this revision (waits up to 3 s).
+    /// Answer from this replica once it has applied this revision (waits up to
+    /// the node's `--min-revision-wait-ms`, 3 s by default).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_revision: Option<u64>,
 }

@@ -142,7 +142,8 @@ fn operation_rules(operation: &mut Value) {
         ensure(
             responses,
             "504",
-            "revision_not_reached: min_revision was not applied within 3 s",
+            "revision_not_reached: min_revision was not applied within the node's \
+             --min-revision-wait-ms (3 s by default)",
             ApiError::Raft(RaftLayerError::RevisionNotReached {
                 wanted: 1200,
                 applied: 1187,

@@ -11,6 +11,9 @@ pub struct ApiSettings {
     pub default_ttl_ms: u64,
     /// Largest `wait_ms` accepted.
     pub max_wait_ms: u64,
+    /// How long a `min_revision` read waits for this replica to apply the
+    /// revision before it answers 504 `revision_not_reached`.
+    pub min_revision_wait_ms: u64,
     /// Caps every write is judged by (a principal's auth-file entry may
     /// override the per-principal ones).
     pub quota: baton_core::Quota,
@@ -24,6 +27,7 @@ impl Default for ApiSettings {
         ApiSettings {
             default_ttl_ms: 15_000,
             max_wait_ms: 300_000,
+            min_revision_wait_ms: 3_000,
             quota: baton_core::Quota::default(),
             rate: crate::rate_limit::RateLimit::UNLIMITED,
         }

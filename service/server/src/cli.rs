@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_api::rate_limit::RateLimit;
+use baton_api::ApiSettings;
 use baton_core::{Limits, Quota};
 use baton_raft::{Durability, InFlight, NodeConfig, TlsFiles, WatchConfig};
 use clap::{Args, Parser, Subcommand};
@@ -242,6 +243,11 @@ pub struct ServeArgs {
     /// Largest `wait_ms` accepted.
     #[arg(long, env = "BATON_MAX_WAIT_MS", default_value_t = 300_000)]
     pub max_wait_ms: u64,
+    /// How long a read with `min_revision` waits for this node to apply that
+    /// revision before it answers 504 `revision_not_reached`.
+    #[arg(long, env = "BATON_MIN_REVISION_WAIT_MS", default_value_t = 3_000,
+          value_parser = clap::value_parser!(u64).range(1..=300_000))]
+    pub min_revision_wait_ms: u64,
     /// Largest `lock_delay_ms` accepted.
     #[arg(long, env = "BATON_MAX_LOCK_DELAY_MS", default_value_t = 60_000)]
     pub max_lock_delay_ms: u64,
@@ -519,6 +525,17 @@ impl ServeArgs {
         }
     }
 
+    /// The HTTP API's settings these flags give.
+    pub fn api_settings(&self) -> ApiSettings {
+        ApiSettings {
+            default_ttl_ms: self.default_ttl_ms,
+            max_wait_ms: self.max_wait_ms,
+            min_revision_wait_ms: self.min_revision_wait_ms,
+            quota: self.quota(),
+            rate: self.rate_limit(),
+        }
+    }
+
     /// The node configuration, for a node whose peer listener is `raft_url`.
     pub fn node_config(&self, node_id: u64, raft_url: String) -> Result<NodeConfig, String> {
         let mut config = NodeConfig::single(self.data_dir.clone(), self.api_url());
@@ -716,6 +733,16 @@ mod tests {
         assert_eq!(one.max_inflight_appends, 1);
         for value in ["0", "3"] {
             refused("--max-inflight-appends", value);
+        }
+    }
+
+    #[test]
+    fn a_min_revision_read_waits_three_seconds_unless_told() {
+        assert_eq!(serve_args(&[]).api_settings().min_revision_wait_ms, 3_000);
+        let short = serve_args(&["--min-revision-wait-ms", "200"]).api_settings();
+        assert_eq!(short.min_revision_wait_ms, 200);
+        for value in ["0", "300001"] {
+            refused("--min-revision-wait-ms", value);
         }
     }
 

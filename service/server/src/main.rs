@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
-use baton_api::{configure, on_connect, openapi_json, ApiSettings, ApiState};
+use baton_api::{configure, on_connect, openapi_json, ApiState};
 use baton_raft::{client_config_trusting, IdlePoll, Node, PeerServer, Tls};
 use clap::Parser;
 
@@ -155,12 +155,7 @@ async fn serve(args: ServeArgs, idle_poll: Arc<IdlePoll>) -> anyhow::Result<()> 
     }
     let state = ApiState {
         node: node.clone(),
-        settings: ApiSettings {
-            default_ttl_ms: args.default_ttl_ms,
-            max_wait_ms: args.max_wait_ms,
-            quota: args.quota(),
-            rate: args.rate_limit(),
-        },
+        settings: args.api_settings(),
         auth: auth.clone(),
         rate_limiter: Default::default(),
         metrics: Default::default(),

@@ -680,3 +680,49 @@ async fn force_release_is_disabled_without_auth_or_a_cluster_secret() {
     assert_eq!((reply.status, reply.code()), (403, "forbidden"));
     assert_eq!(get(&app, "/v1/locks/held").await.body["held"], true);
 }
+
+/// `--min-revision-wait-ms` bounds a `min_revision` read's wait: with a longer
+/// bound, a read for a revision that a write makes well past the default 3 s
+/// still answers 200; with a short one, a revision nobody writes answers 504.
+#[actix_web::test]
+async fn a_min_revision_read_waits_as_long_as_the_node_is_told() {
+    let node = start_node().await;
+    let patient = support::app_with(
+        &node,
+        baton_api::ApiSettings {
+            min_revision_wait_ms: 60_000,
+            ..support::state(&node).settings
+        },
+    )
+    .await;
+    lease(&patient, 5000).await;
+    let revision: u64 = get(&patient, "/v1/locks")
+        .await
+        .header("baton-revision")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let next = format!("/v1/locks?min_revision={}", revision + 1);
+    let read = get(&patient, &next);
+    let write = async {
+        tokio::time::sleep(Duration::from_millis(3_500)).await;
+        lease(&patient, 5000).await
+    };
+    let (read, _) = tokio::join!(read, write);
+    assert_eq!(read.status, 200, "{:?}", read.body);
+
+    let hasty = support::app_with(
+        &node,
+        baton_api::ApiSettings {
+            min_revision_wait_ms: 50,
+            ..support::state(&node).settings
+        },
+    )
+    .await;
+    let far = get(
+        &hasty,
+        &format!("/v1/locks?min_revision={}", revision + 1_000),
+    )
+    .await;
+    assert_eq!((far.status, far.code()), (504, "revision_not_reached"));
+}
