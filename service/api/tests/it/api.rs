@@ -687,14 +687,7 @@ async fn force_release_is_disabled_without_auth_or_a_cluster_secret() {
 #[actix_web::test]
 async fn a_min_revision_read_waits_as_long_as_the_node_is_told() {
     let node = start_node().await;
-    let patient = support::app_with(
-        &node,
-        baton_api::ApiSettings {
-            min_revision_wait_ms: 60_000,
-            ..support::state(&node).settings
-        },
-    )
-    .await;
+    let patient = support::app_with(&node, waiting(&node, 60_000)).await;
     lease(&patient, 5000).await;
     let revision: u64 = get(&patient, "/v1/locks")
         .await
@@ -711,18 +704,19 @@ async fn a_min_revision_read_waits_as_long_as_the_node_is_told() {
     let (read, _) = tokio::join!(read, write);
     assert_eq!(read.status, 200, "{:?}", read.body);
 
-    let hasty = support::app_with(
-        &node,
-        baton_api::ApiSettings {
-            min_revision_wait_ms: 50,
-            ..support::state(&node).settings
-        },
-    )
-    .await;
+    let hasty = support::app_with(&node, waiting(&node, 50)).await;
     let far = get(
         &hasty,
         &format!("/v1/locks?min_revision={}", revision + 1_000),
     )
     .await;
     assert_eq!((far.status, far.code()), (504, "revision_not_reached"));
+}
+
+/// The test settings with this `min_revision` wait.
+fn waiting(node: &support::TestNode, min_revision_wait_ms: u64) -> baton_api::ApiSettings {
+    baton_api::ApiSettings {
+        min_revision_wait_ms,
+        ..support::state(node).settings
+    }
 }
