@@ -1332,18 +1332,39 @@ async fn the_peer_listener_answers_what_is_not_a_peer_request_with_a_4xx() {
 /// fails on the second answer). An append far beyond the log is a leader
 /// probing, and is refused at once; one just past it whose predecessor never
 /// comes is refused after the wait. `/metrics` counts both holds.
+///
+/// The first append makes node 9 a second voter: a lone voter that follows
+/// someone else calls an election at its next Raft tick (every 75 ms here), and
+/// the later appends then met a higher term (`HigherVote`, in about half the
+/// runs, session 55). With two voters node 1 waits out the leader lease and an
+/// election timeout (1.5 s at least) first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_takes_two_appends_that_arrive_in_the_wrong_order() {
     let cluster = Cluster::start(1, &[]).await;
     let (_, info) = cluster.get(1, "/v1/cluster").await;
     let term = info["term"].as_u64().expect("term");
     let last = info["commit_index"].as_u64().expect("commit index");
+    let me = &info["members"][0];
     let url = format!("http://127.0.0.1:{}/raft/append", cluster.node(1).raft_port);
     // A leader of a later term: node 1 follows it on its first append.
     let leader = json!({"term": term + 1000, "node_id": 9});
+    let two_voters = json!({"Membership": {
+        "configs": [[1, 9]],
+        "nodes": {
+            "1": {"api_addr": me["api_addr"], "raft_addr": me["raft_addr"]},
+            "9": {"api_addr": "http://127.0.0.1:9", "raft_addr": "http://127.0.0.1:9"},
+        },
+    }});
     let append = |prev: Value, first: u64, count: u64| {
         let entries: Vec<Value> = (first..first + count)
-            .map(|index| json!({"log_id": {"leader_id": leader, "index": index}, "payload": "Blank"}))
+            .map(|index| {
+                let payload = if index == last + 1 {
+                    two_voters.clone()
+                } else {
+                    json!("Blank")
+                };
+                json!({"log_id": {"leader_id": leader, "index": index}, "payload": payload})
+            })
             .collect();
         json!({
             "vote": {"leader_id": leader, "committed": true},
