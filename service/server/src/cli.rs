@@ -507,7 +507,7 @@ impl ServeArgs {
     }
 
     /// The admission caps every write is judged by.
-    pub fn quota(&self) -> Quota {
+    fn quota(&self) -> Quota {
         Quota {
             max_leases: self.max_leases,
             max_leases_per_principal: self.max_leases_per_principal,
@@ -518,7 +518,7 @@ impl ServeArgs {
     }
 
     /// The request rate each principal may use on this node.
-    pub fn rate_limit(&self) -> RateLimit {
+    fn rate_limit(&self) -> RateLimit {
         RateLimit {
             per_second: self.rate_limit,
             burst: self.rate_limit_burst,
