@@ -323,12 +323,18 @@ pub struct ServeArgs {
     /// seconds: snapshots never write more than 1/ratio of what the log did.
     #[arg(long, env = "BATON_SNAPSHOT_LOG_RATIO", default_value_t = 1.0)]
     pub snapshot_log_ratio: f64,
-    /// HTTP worker threads (default: number of cores).
+    /// HTTP worker threads of their own for the client API; 0 serves it on the
+    /// runtime's thread instead (the runtime then has one thread: not with
+    /// `--runtime-threads` above 1). Default: 0
+    /// when the runtime has one thread (`--runtime-threads`, half the cores: on
+    /// one or two cores), which saves two thread wake-ups per request
+    /// (BENCHMARKS.md, "The client API on the runtime's thread"); otherwise one
+    /// per core. A proxy (`--proxy`) always has workers, one per core by default.
     #[arg(long, env = "BATON_HTTP_WORKERS")]
     pub http_workers: Option<usize>,
     /// Worker threads of the runtime that runs Raft, the proposer and the lease
     /// clock (default: half the cores, at least one, or `TOKIO_WORKER_THREADS`).
-    /// HTTP has its own threads (`--http-workers`). On 2 cores one worker halves
+    /// With one thread it serves the client API too (`--http-workers`). On 2 cores one worker halves
     /// the context switches per request and did better on three nodes and in
     /// expiry storms than two (BENCHMARKS.md, "Runtime threads again").
     #[arg(long, env = "BATON_RUNTIME_THREADS")]
@@ -389,6 +395,20 @@ impl ServeArgs {
         }
     }
 
+    /// Whether the client API is served on the runtime's own thread (a
+    /// current-thread runtime) rather than by HTTP workers: `--http-workers 0`,
+    /// or by default when the runtime would have one worker
+    /// ([`ServeArgs::runtime_worker_threads`]). Never for a proxy.
+    pub fn api_on_runtime(&self, cores: usize, tokio_env_set: bool) -> bool {
+        if self.proxy.is_some() {
+            return false;
+        }
+        match self.http_workers {
+            Some(workers) => workers == 0,
+            None => self.runtime_worker_threads(cores, tokio_env_set) == Some(1),
+        }
+    }
+
     /// How long idle threads poll before they sleep (`--idle-poll-us`).
     pub fn idle_poll(&self) -> Duration {
         Duration::from_micros(self.idle_poll_us)
@@ -414,11 +434,16 @@ impl ServeArgs {
         if self.max_in_flight == Some(0) {
             return Err("--max-in-flight must be at least 1".into());
         }
-        if self.http_workers == Some(0) {
-            return Err("--http-workers must be at least 1".into());
-        }
         if self.runtime_threads == Some(0) {
             return Err("--runtime-threads must be at least 1".into());
+        }
+        if self.http_workers == Some(0) {
+            if self.proxy.is_some() {
+                return Err("--http-workers must be at least 1 for a --proxy".into());
+            }
+            if self.runtime_threads.is_some_and(|threads| threads > 1) {
+                return Err("--http-workers 0 serves the API on the runtime's one thread: it does not go with --runtime-threads above 1".into());
+            }
         }
         if self.idle_poll_us > MAX_IDLE_POLL_US {
             return Err(format!(
@@ -666,19 +691,56 @@ mod tests {
         assert_eq!(config.snapshot_log_ratio, 0.5);
     }
 
-    /// `--http-workers 0` used to reach actix, whose assertion ended the
+    /// `--runtime-threads 0` would reach tokio, whose assertion ends the
     /// process with a panic (exit 70) instead of a usage error.
     #[test]
-    fn thread_counts_must_be_at_least_one() {
-        for flag in ["--http-workers", "--runtime-threads"] {
-            let zero = serve_args(&[flag, "0"]).validate();
-            assert_eq!(zero, Err(format!("{flag} must be at least 1")));
-            assert_eq!(serve_args(&[flag, "1"]).validate(), Ok(()));
-        }
+    fn the_runtime_needs_a_thread() {
+        let zero = serve_args(&["--runtime-threads", "0"]).validate();
+        assert_eq!(zero, Err("--runtime-threads must be at least 1".to_owned()));
+        assert_eq!(serve_args(&["--runtime-threads", "1"]).validate(), Ok(()));
         assert_eq!(
             serve_args(&["--runtime-threads", "3"]).runtime_threads,
             Some(3)
         );
+    }
+
+    /// `--http-workers 0` used to reach actix's assertion (exit 70); it now
+    /// means the API on the runtime's thread, which needs a runtime of one.
+    #[test]
+    fn no_http_workers_means_the_api_on_a_runtime_of_one_thread() {
+        assert_eq!(serve_args(&["--http-workers", "0"]).validate(), Ok(()));
+        let with_one = serve_args(&["--http-workers", "0", "--runtime-threads", "1"]);
+        assert_eq!(with_one.validate(), Ok(()));
+        assert!(
+            serve_args(&["--http-workers", "0", "--runtime-threads", "2"])
+                .validate()
+                .is_err_and(|e| e
+                    .starts_with("--http-workers 0 serves the API on the runtime's one thread"))
+        );
+        assert_eq!(
+            serve_args(&["--http-workers", "0", "--proxy", "http://127.0.0.1:1"]).validate(),
+            Err("--http-workers must be at least 1 for a --proxy".to_owned())
+        );
+    }
+
+    #[test]
+    fn the_api_is_on_the_runtime_when_the_runtime_has_one_thread() {
+        let default = serve_args(&[]);
+        for (cores, on_runtime) in [(1, true), (2, true), (3, true), (4, false), (16, false)] {
+            assert_eq!(
+                default.api_on_runtime(cores, false),
+                on_runtime,
+                "{cores} cores"
+            );
+        }
+        // TOKIO_WORKER_THREADS leaves the runtime to tokio: workers as before.
+        assert!(!default.api_on_runtime(2, true));
+        assert!(!serve_args(&["--http-workers", "2"]).api_on_runtime(2, false));
+        assert!(serve_args(&["--http-workers", "0"]).api_on_runtime(16, true));
+        assert!(serve_args(&["--runtime-threads", "1"]).api_on_runtime(16, false));
+        assert!(!serve_args(&["--runtime-threads", "2"]).api_on_runtime(2, false));
+        let proxy = serve_args(&["--proxy", "http://127.0.0.1:1"]);
+        assert!(!proxy.api_on_runtime(2, false));
     }
 
     #[test]

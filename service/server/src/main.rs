@@ -5,6 +5,7 @@
 //!
 //! ## Modules
 //!
+//! - `api_on_runtime`: the client API served on the runtime's own thread (`--http-workers 0`).
 //! - `cli`: the command line and environment: every flag, its checks, and the node
 //!   configuration built from them.
 //! - `telemetry`: log lines (`--log-format`) and the OTLP trace exporter (`OTEL_*`).
@@ -21,6 +22,7 @@
 //! - `event_stream`: reading a `text/event-stream` answer event by event.
 //! - `table`: aligned text tables for the human-readable output.
 
+mod api_on_runtime;
 mod auth_cli;
 mod cli;
 mod client;
@@ -48,6 +50,7 @@ use baton_api::{configure, on_connect, openapi_json, ApiState};
 use baton_raft::{client_config_trusting, IdlePoll, Node, PeerServer, Tls};
 use clap::Parser;
 
+use crate::api_on_runtime::ApiOnRuntime;
 use crate::cli::{Cli, Command, DevCommand, ServeArgs};
 use crate::proxy::Proxy;
 use crate::supervisor::Target;
@@ -70,7 +73,11 @@ fn init_telemetry(args: &ServeArgs) -> anyhow::Result<telemetry::Telemetry> {
     telemetry::init(args.log_format, traces, &instance, node_id)
 }
 
-async fn serve(args: ServeArgs, idle_poll: Arc<IdlePoll>) -> anyhow::Result<()> {
+async fn serve(
+    args: ServeArgs,
+    idle_poll: Arc<IdlePoll>,
+    api_on_runtime: bool,
+) -> anyhow::Result<()> {
     open_files::raise_and_report();
     if let Some(targets) = args.proxy.clone() {
         return serve_proxy(&args, &targets).await;
@@ -161,29 +168,52 @@ async fn serve(args: ServeArgs, idle_poll: Arc<IdlePoll>) -> anyhow::Result<()> 
         metrics: Default::default(),
     };
     tracing::info!(
-        http_workers = workers(&args),
+        http_workers = if api_on_runtime { 0 } else { workers(&args) },
         runtime_threads = tokio::runtime::Handle::current().metrics().num_workers(),
         idle_poll_us = args.idle_poll_us,
         "threads"
     );
-    let server = HttpServer::new(move || App::new().configure(configure(state.clone())))
-        .on_connect(on_connect)
-        .workers(workers(&args))
-        .shutdown_timeout(args.shutdown_timeout_s)
-        // Signals are handled below: watch streams never finish by themselves,
-        // so they are ended before actix waits for in-flight responses.
-        .disable_signals();
-    let server = match &tls {
-        Some(tls) => server.bind_rustls_0_23(&args.listen, tls.api_server_config()?),
-        None => server.bind(&args.listen),
+    if api_on_runtime {
+        let server_config = tls
+            .as_ref()
+            .map(|tls| tls.api_server_config())
+            .transpose()?;
+        let api = ApiOnRuntime::bind(
+            &args.listen,
+            state,
+            server_config,
+            Duration::from_secs(args.shutdown_timeout_s),
+        )
+        .await?;
+        tokio::spawn(stop_on_signal(
+            ApiStop::OnRuntime(api.stop_handle()),
+            node.clone(),
+        ));
+        tracing::info!(node_id, listen = %args.listen, raft = %raft_url, data_dir = %args.data_dir.display(), api_on_runtime = true, "baton is serving");
+        api.run().await;
+    } else {
+        let server = HttpServer::new(move || App::new().configure(configure(state.clone())))
+            .on_connect(on_connect)
+            .workers(workers(&args))
+            .shutdown_timeout(args.shutdown_timeout_s)
+            // Signals are handled below: watch streams never finish by themselves,
+            // so they are ended before actix waits for in-flight responses.
+            .disable_signals();
+        let server = match &tls {
+            Some(tls) => server.bind_rustls_0_23(&args.listen, tls.api_server_config()?),
+            None => server.bind(&args.listen),
+        }
+        .with_context(|| format!("binding {}", args.listen))?
+        .run();
+        tokio::spawn(stop_on_signal(
+            ApiStop::Workers(server.handle()),
+            node.clone(),
+        ));
+        tracing::info!(node_id, listen = %args.listen, raft = %raft_url, data_dir = %args.data_dir.display(), "baton is serving");
+        // On SIGTERM the API stops accepting and lets in-flight requests finish;
+        // the peer listener stays up meanwhile so their entries can still commit.
+        server.await.context("http server")?;
     }
-    .with_context(|| format!("binding {}", args.listen))?
-    .run();
-    tokio::spawn(stop_on_signal(server.handle(), node.clone()));
-    tracing::info!(node_id, listen = %args.listen, raft = %raft_url, data_dir = %args.data_dir.display(), "baton is serving");
-    // On SIGTERM the API stops accepting and lets in-flight requests finish;
-    // the peer listener stays up meanwhile so their entries can still commit.
-    server.await.context("http server")?;
     // A leader hands over first, so the cluster has a new leader before we exit.
     node.hand_over_leadership().await;
     tracing::info!("stopping raft");
@@ -260,9 +290,15 @@ fn exit_on_panic() {
     }));
 }
 
+/// How the client API is stopped: actix's workers, or the loop on the runtime.
+enum ApiStop {
+    Workers(actix_web::dev::ServerHandle),
+    OnRuntime(api_on_runtime::StopHandle),
+}
+
 /// On SIGTERM or SIGINT: end every watch stream (each gets a final `resync`
 /// event), then stop accepting and let in-flight requests finish.
-async fn stop_on_signal(server: actix_web::dev::ServerHandle, node: std::sync::Arc<Node>) {
+async fn stop_on_signal(api: ApiStop, node: std::sync::Arc<Node>) {
     use tokio::signal::unix::{signal, SignalKind};
     let mut terminate = match signal(SignalKind::terminate()) {
         Ok(terminate) => terminate,
@@ -277,7 +313,10 @@ async fn stop_on_signal(server: actix_web::dev::ServerHandle, node: std::sync::A
     }
     tracing::info!("stopping: ending watch streams, finishing in-flight requests");
     node.watch_hub().close();
-    server.stop(true).await;
+    match api {
+        ApiStop::Workers(server) => server.stop(true).await,
+        ApiStop::OnRuntime(stop) => stop.stop(),
+    }
 }
 
 /// `baton lock` / `baton elect NAME -- CMD`.
@@ -308,18 +347,38 @@ fn main() -> anyhow::Result<ExitCode> {
     if let Command::Serve(args) = &cli.command {
         args.validate().map_err(anyhow::Error::msg)?;
     }
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let tokio_env_set = std::env::var_os("TOKIO_WORKER_THREADS").is_some();
+    let api_on_runtime =
+        matches!(&cli.command, Command::Serve(args) if args.api_on_runtime(cores, tokio_env_set));
     let idle_poll = Arc::new(match &cli.command {
         Command::Serve(args) => IdlePoll::new(args.idle_poll()),
         _ => IdlePoll::default(),
     });
-    runtime(&cli, &idle_poll)?.block_on(run(cli, idle_poll))
+    let runtime = if api_on_runtime {
+        // One thread runs everything, the client API included.
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        runtime(&cli, &idle_poll, cores, tokio_env_set)?
+    };
+    // The API's connections, when on the runtime, are actix services, which are
+    // not `Send`: they are spawned on this set, which runs on the runtime's thread.
+    let local = tokio::task::LocalSet::new();
+    runtime.block_on(local.run_until(run(cli, idle_poll, api_on_runtime)))
 }
 
 /// The multi-threaded runtime everything but HTTP runs on. A server gets
 /// [`cli::ServeArgs::runtime_worker_threads`] workers; the other commands
 /// tokio's default. Its workers poll for up to `idle_poll`'s budget before they
 /// park while the node leads alone (see [`IdlePoll`]).
-fn runtime(cli: &Cli, idle_poll: &Arc<IdlePoll>) -> std::io::Result<tokio::runtime::Runtime> {
+fn runtime(
+    cli: &Cli,
+    idle_poll: &Arc<IdlePoll>,
+    cores: usize,
+    tokio_env_set: bool,
+) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
     // The hook reads the runtime's metrics, which exist only once it is built.
@@ -336,8 +395,6 @@ fn runtime(cli: &Cli, idle_poll: &Arc<IdlePoll>) -> std::io::Result<tokio::runti
         });
     }
     if let Command::Serve(args) = &cli.command {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        let tokio_env_set = std::env::var_os("TOKIO_WORKER_THREADS").is_some();
         if let Some(threads) = args.runtime_worker_threads(cores, tokio_env_set) {
             builder.worker_threads(threads);
         }
@@ -347,7 +404,7 @@ fn runtime(cli: &Cli, idle_poll: &Arc<IdlePoll>) -> std::io::Result<tokio::runti
     Ok(runtime)
 }
 
-async fn run(cli: Cli, idle_poll: Arc<IdlePoll>) -> anyhow::Result<ExitCode> {
+async fn run(cli: Cli, idle_poll: Arc<IdlePoll>, api_on_runtime: bool) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Openapi => {
             std::io::stdout().write_all(openapi_json().as_bytes())?;
@@ -355,7 +412,7 @@ async fn run(cli: Cli, idle_poll: Arc<IdlePoll>) -> anyhow::Result<ExitCode> {
         Command::Probe(args) => return Ok(probe::run(&args).await),
         Command::Serve(args) => {
             let telemetry = init_telemetry(&args)?;
-            let served = serve(*args, idle_poll).await;
+            let served = serve(*args, idle_poll, api_on_runtime).await;
             // After the API stopped: the last requests' spans go out too.
             telemetry.shutdown().await;
             served?;

@@ -1556,13 +1556,26 @@ async fn a_tls_cluster_serves_https_and_peers_prove_who_they_are() {
 }
 
 /// Issue 16: a client certificate from `--tls-client-ca` stands for the
-/// principal whose `certificates` name it, with that principal's rights.
+/// principal whose `certificates` name it, with that principal's rights. The
+/// certificate reaches the handlers through the connection hook, which both
+/// ways of serving the API call (`--http-workers`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_certificate_is_its_principal() {
+async fn a_client_certificate_is_its_principal_with_the_api_on_the_runtime() {
+    a_client_certificate_is_its_principal(harness::API_ON_RUNTIME).await;
+}
+
+/// [`a_client_certificate_is_its_principal_with_the_api_on_the_runtime`], served by HTTP workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_its_principal_with_http_workers() {
+    a_client_certificate_is_its_principal(harness::API_ON_WORKERS).await;
+}
+
+async fn a_client_certificate_is_its_principal(api_mode: &[&str]) {
     let auth = AuthFile::new(
         "principals:\n  - name: billing\n    role: client\n    certificates: [\"billing.client\"]\n    locks: [\"billing/\"]\n",
     );
-    let cluster = Cluster::start_tls(1, &["--auth-file", &auth.arg]).await;
+    let extra = [&["--auth-file", auth.arg.as_str()][..], api_mode].concat();
+    let cluster = Cluster::start_tls(1, &extra).await;
     let certs = cluster.certs.clone().unwrap();
     let api = cluster.node(1).api.clone();
     let billing = https_client(
@@ -1633,9 +1646,19 @@ async fn waiters(cluster: &Cluster) -> u64 {
 /// hangs up, leaves the queue at once (the close_notify bytes in front of the
 /// FIN must not hide the hang-up until `wait_ms` runs out).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tls_client_that_hangs_up_while_waiting_leaves_the_queue() {
+async fn a_tls_client_that_hangs_up_while_waiting_leaves_the_queue_with_the_api_on_the_runtime() {
+    a_tls_client_that_hangs_up_while_waiting_leaves_the_queue(harness::API_ON_RUNTIME).await;
+}
+
+/// The same served by HTTP workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_client_that_hangs_up_while_waiting_leaves_the_queue_with_http_workers() {
+    a_tls_client_that_hangs_up_while_waiting_leaves_the_queue(harness::API_ON_WORKERS).await;
+}
+
+async fn a_tls_client_that_hangs_up_while_waiting_leaves_the_queue(api_mode: &[&str]) {
     use std::io::Write;
-    let cluster = Cluster::start_tls(1, &[]).await;
+    let cluster = Cluster::start_tls(1, api_mode).await;
     let certs = cluster.certs.clone().unwrap();
     let (status, _) = cluster
         .post(1, "/v1/locks/busy:acquire", json!({"ttl_ms": 60_000}))

@@ -18,6 +18,14 @@ pub fn baton_bin() -> String {
     std::env::var("BATON_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_baton").to_owned())
 }
 
+/// `serve` flags that put the client API on the runtime's own thread (the
+/// default on one or two cores).
+pub const API_ON_RUNTIME: &[&str] = &["--http-workers", "0"];
+
+/// `serve` flags that serve the client API on HTTP workers of their own, beside
+/// a runtime of one thread (the default on four cores and more has more).
+pub const API_ON_WORKERS: &[&str] = &["--http-workers", "2", "--runtime-threads", "1"];
+
 /// How often [`eventually`] asks again.
 const POLL: Duration = Duration::from_millis(50);
 

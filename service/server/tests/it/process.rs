@@ -218,11 +218,25 @@ async fn sigterm_stops_the_server_cleanly() {
 }
 
 #[tokio::test]
-async fn a_client_that_hangs_up_while_waiting_leaves_the_queue() {
+async fn a_client_that_hangs_up_while_waiting_leaves_the_queue_with_the_api_on_the_runtime() {
+    a_client_that_hangs_up_while_waiting_leaves_the_queue(harness::API_ON_RUNTIME).await;
+}
+
+#[tokio::test]
+async fn a_client_that_hangs_up_while_waiting_leaves_the_queue_with_http_workers() {
+    a_client_that_hangs_up_while_waiting_leaves_the_queue(harness::API_ON_WORKERS).await;
+}
+
+/// The connection hook keeps a duplicate of each connection's socket, which a
+/// waiting request watches for the client's hang-up.
+async fn a_client_that_hangs_up_while_waiting_leaves_the_queue(api_mode: &[&str]) {
     use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut server = start(dir.path(), port).await;
+    let mut server = Server {
+        child: harness::start_single_with(dir.path(), port, api_mode).await,
+        base: format!("http://127.0.0.1:{port}"),
+    };
     let base = server.base.clone();
     let client = reqwest::Client::new();
     let (status, _) = call(
@@ -263,6 +277,145 @@ async fn a_client_that_hangs_up_while_waiting_leaves_the_queue() {
     );
     server.child.kill().unwrap();
     server.child.wait().unwrap();
+}
+
+/// Sends `request` on a new connection to `port` and returns the connection.
+fn send_raw(port: u16, request: &str) -> std::net::TcpStream {
+    use std::io::Write;
+    let mut socket = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    socket.write_all(request.as_bytes()).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(90)))
+        .unwrap();
+    socket
+}
+
+/// A queued acquire of lock `busy` that waits `wait_ms`, as raw HTTP/1.1.
+fn waiting_acquire(wait_ms: u64) -> String {
+    let body = format!(r#"{{"wait_ms": {wait_ms}, "ttl_ms": 60000}}"#);
+    format!(
+        "POST /v1/locks/busy:acquire HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Reads from `socket` until the server closes it; what arrived.
+fn read_to_close(socket: &mut std::net::TcpStream) -> String {
+    use std::io::Read;
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match socket.read(&mut buffer) {
+            Ok(0) => return String::from_utf8_lossy(&received).into_owned(),
+            Ok(n) => received.extend_from_slice(&buffer[..n]),
+            Err(error) => panic!("the server neither answered nor closed: {error}"),
+        }
+    }
+}
+
+/// Starts a node with `api_mode` and `shutdown_timeout_s`, holds lock `busy`
+/// and queues a raw request for it that waits `wait_ms`; the waiter's socket.
+async fn a_node_with_a_waiter(
+    dir: &Path,
+    port: u16,
+    api_mode: &[&str],
+    shutdown_timeout_s: &str,
+    wait_ms: u64,
+) -> (Server, std::net::TcpStream) {
+    let extra = [api_mode, &["--shutdown-timeout-s", shutdown_timeout_s][..]].concat();
+    let server = Server {
+        child: harness::start_single_with(dir, port, &extra).await,
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    let client = reqwest::Client::new();
+    let (status, _) = call(
+        &client,
+        reqwest::Method::POST,
+        format!("{}/v1/locks/busy:acquire", server.base),
+        json!({"ttl_ms": 60000}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let waiter = send_raw(port, &waiting_acquire(wait_ms));
+    let queued = harness::eventually(Duration::from_secs(20), || async {
+        let lock = harness::get_json(&client, &format!("{}/v1/locks/busy", server.base)).await;
+        (lock["waiters"].as_u64() == Some(1)).then_some(())
+    })
+    .await;
+    assert!(queued.is_some(), "the waiter never queued");
+    (server, waiter)
+}
+
+#[tokio::test]
+async fn a_stop_answers_requests_in_progress_and_closes_idle_connections_with_the_api_on_the_runtime(
+) {
+    a_stop_answers_requests_in_progress_and_closes_idle_connections(harness::API_ON_RUNTIME).await;
+}
+
+#[tokio::test]
+async fn a_stop_answers_requests_in_progress_and_closes_idle_connections_with_http_workers() {
+    a_stop_answers_requests_in_progress_and_closes_idle_connections(harness::API_ON_WORKERS).await;
+}
+
+/// SIGTERM: the API stops accepting and closes idle keep-alive connections at
+/// once, answers the requests in progress (within `--shutdown-timeout-s`), and
+/// only then does the process exit.
+async fn a_stop_answers_requests_in_progress_and_closes_idle_connections(api_mode: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // The waiter's 20 s leave room to look at the stopping node in between.
+    let (mut server, mut waiter) =
+        a_node_with_a_waiter(dir.path(), port, api_mode, "60", 20_000).await;
+    let mut idle = send_raw(port, "GET /readyz HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    let mut buffer = [0u8; 1024];
+    let read = std::io::Read::read(&mut idle, &mut buffer).unwrap();
+    let ready = String::from_utf8_lossy(&buffer[..read]);
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    harness::signal(server.child.id(), "TERM");
+    // Closed while the waiter is still waiting (the node exits only after its
+    // answer), with nothing sent.
+    let after_stop = read_to_close(&mut idle);
+    assert_eq!(after_stop, "", "the idle connection got {after_stop}");
+    let refused = harness::eventually(Duration::from_secs(10), || {
+        std::future::ready(std::net::TcpStream::connect(("127.0.0.1", port)).err())
+    })
+    .await;
+    assert!(refused.is_some(), "new connections were still accepted");
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "the node exited with a request in progress"
+    );
+    let answer = read_to_close(&mut waiter);
+    assert!(
+        answer.starts_with("HTTP/1.1 409") && answer.contains("lock_held"),
+        "the waiter got {answer:?}"
+    );
+    let exit = harness::exited(&mut server.child, Duration::from_secs(30)).await;
+    assert!(exit.expect("exited after the answer").success());
+}
+
+#[tokio::test]
+async fn a_stop_closes_what_the_shutdown_timeout_leaves_with_the_api_on_the_runtime() {
+    a_stop_closes_what_the_shutdown_timeout_leaves(harness::API_ON_RUNTIME).await;
+}
+
+#[tokio::test]
+async fn a_stop_closes_what_the_shutdown_timeout_leaves_with_http_workers() {
+    a_stop_closes_what_the_shutdown_timeout_leaves(harness::API_ON_WORKERS).await;
+}
+
+/// A request still in progress when `--shutdown-timeout-s` runs out is closed
+/// without an answer, and the node exits rather than wait for it.
+async fn a_stop_closes_what_the_shutdown_timeout_leaves(api_mode: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let (mut server, mut waiter) =
+        a_node_with_a_waiter(dir.path(), port, api_mode, "1", 120_000).await;
+    harness::signal(server.child.id(), "TERM");
+    // Well inside the waiter's 120 s: only the shutdown timeout ends it.
+    let exit = harness::exited(&mut server.child, Duration::from_secs(60)).await;
+    assert!(exit.expect("exited after the shutdown timeout").success());
+    assert_eq!(read_to_close(&mut waiter), "");
 }
 
 /// `baton probe URL` (the image's HEALTHCHECK): exit 0 on a 2xx answer, 1 on any
@@ -470,19 +623,29 @@ fn logged_threads(cluster: &harness::Cluster) -> (Value, Value) {
 }
 
 /// By default the runtime has half as many workers as there are cores (at
-/// least one), next to one HTTP worker per core; `--runtime-threads` overrides.
+/// least one); with one, it serves the client API too (no HTTP workers), and
+/// with more there is one HTTP worker per core. `--runtime-threads` overrides.
 #[tokio::test]
 async fn the_runtime_gets_half_the_cores_unless_told() {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let expected = match std::env::var("TOKIO_WORKER_THREADS") {
-        Ok(threads) => threads.parse().unwrap(),
-        Err(_) => (cores / 2).max(1),
+    let tokio_env = std::env::var("TOKIO_WORKER_THREADS").ok();
+    let expected = match &tokio_env {
+        Some(threads) => threads.parse().unwrap(),
+        None => (cores / 2).max(1),
+    };
+    let expected_http_workers = if tokio_env.is_none() && expected == 1 {
+        0
+    } else {
+        cores
     };
     // The harness's nodes log warnings only; the line is at info.
     let info = [("BATON_LOG", "info")];
     let cluster = harness::Cluster::start_env(1, &["--log-format", "json"], &info).await;
     cluster.wait_leader(None).await;
-    assert_eq!(logged_threads(&cluster), (json!(cores), json!(expected)));
+    assert_eq!(
+        logged_threads(&cluster),
+        (json!(expected_http_workers), json!(expected))
+    );
     drop(cluster);
 
     let told = harness::Cluster::start_env(
@@ -492,7 +655,7 @@ async fn the_runtime_gets_half_the_cores_unless_told() {
     )
     .await;
     told.wait_leader(None).await;
-    assert_eq!(logged_threads(&told).1, json!(3));
+    assert_eq!(logged_threads(&told), (json!(cores), json!(3)));
 }
 
 /// With `--idle-poll-us`, the threads poll before they sleep: a lone client,
