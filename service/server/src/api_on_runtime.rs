@@ -136,14 +136,9 @@ impl ApiOnRuntime {
                 () = self.stop.0.notified() => break,
                 // Reaps finished connections, so that the set's length counts open ones.
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
-                accepted = accept_any(&self.listeners), if connections.len() < MAX_CONNECTIONS => {
+                accepted = self.accept(), if connections.len() < MAX_CONNECTIONS => {
                     match accepted {
                         Ok(stream) => {
-                            // Waits while the service is saturated (TLS handshakes
-                            // in progress beyond actix-tls's limit).
-                            if poll_fn(|cx| self.service.poll_ready(cx)).await.is_err() {
-                                continue;
-                            }
                             let _ = stream.set_nodelay(true);
                             let service = self.service.clone();
                             connections.spawn_local(async move {
@@ -174,19 +169,23 @@ impl ApiOnRuntime {
             connections.shutdown().await;
         }
     }
-}
 
-/// Accepts the next connection on any of `listeners`.
-async fn accept_any(listeners: &[TcpListener]) -> std::io::Result<TcpStream> {
-    poll_fn(|cx| {
-        for listener in listeners {
-            if let Poll::Ready(accepted) = listener.poll_accept(cx) {
-                return Poll::Ready(accepted.map(|(stream, _peer)| stream));
+    /// Accepts the next connection on any listener once the service can take
+    /// one (actix-tls's acceptor is not ready while 256 TLS handshakes are in
+    /// progress, so that the rest wait in the kernel's backlog).
+    async fn accept(&self) -> std::io::Result<TcpStream> {
+        // The boxed service's error is `()`; an acceptor never reports one here.
+        let _ = poll_fn(|cx| self.service.poll_ready(cx)).await;
+        poll_fn(|cx| {
+            for listener in &self.listeners {
+                if let Poll::Ready(accepted) = listener.poll_accept(cx) {
+                    return Poll::Ready(accepted.map(|(stream, _peer)| stream));
+                }
             }
-        }
-        Poll::Pending
-    })
-    .await
+            Poll::Pending
+        })
+        .await
+    }
 }
 
 /// The service one connection gets, configured as `HttpServer` configures its
