@@ -341,7 +341,8 @@ pub struct ServeArgs {
     pub runtime_threads: Option<usize>,
     /// Microseconds a thread keeps polling for work before it sleeps, while this
     /// node leads as its cluster's only voter and at most one request is in
-    /// progress: the runtime's worker and that request's HTTP worker. Waking a sleeping
+    /// progress: the runtime's worker and that request's HTTP worker, or, with the
+    /// API on the runtime's thread, that thread while it awaits the answer. Waking a sleeping
     /// thread costs tens of microseconds on a virtual machine, twice per write,
     /// which a lone client waits for; polling spends otherwise idle CPU on not
     /// waiting (BENCHMARKS.md, "Idle polling"). 0 turns it off.
