@@ -32,7 +32,7 @@ use actix_web::App;
 use anyhow::Context;
 use baton_api::{configure, on_connect, ApiState};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 /// Most connections open at once. `HttpServer` allows 25,000 per worker, and
@@ -56,23 +56,28 @@ type TlsStream = actix_tls::accept::rustls_0_23::TlsStream<TcpStream>;
 pub struct ApiOnRuntime {
     listeners: Vec<TcpListener>,
     service: Rc<ConnectionService>,
-    /// Tells open connections that the server stops: idle keep-alive
-    /// connections close, busy ones close after their response. A value, not a
-    /// notification, so that a connection that looks only later still sees it.
-    draining: watch::Sender<bool>,
     stop: StopHandle,
     shutdown_timeout: Duration,
 }
 
 /// Asks a running [`ApiOnRuntime`] to stop gracefully; can be sent to any task.
-#[derive(Clone, Default)]
-pub struct StopHandle(Arc<Notify>);
+/// One flag serves the accept loop and every connection (idle keep-alive
+/// connections close, busy ones after their response): a value, not a
+/// notification, so that whoever looks only later still sees it.
+#[derive(Clone)]
+pub struct StopHandle(Arc<watch::Sender<bool>>);
 
 impl StopHandle {
     /// Stops accepting and starts the graceful stop (see [`ApiOnRuntime::run`]).
     pub fn stop(&self) {
-        // A stored permit: the accept loop sees it even if it is busy right now.
-        self.0.notify_one();
+        self.0.send_replace(true);
+    }
+
+    /// Resolves once [`StopHandle::stop`] was called (at once if it was).
+    async fn stopped(mut stopping: watch::Receiver<bool>) {
+        // An error means the handle is gone, so nothing can stop us any more
+        // than now: stop too.
+        let _ = stopping.wait_for(|stopping| *stopping).await;
     }
 }
 
@@ -105,16 +110,15 @@ impl ApiOnRuntime {
             .with_context(|| format!("binding {listen}"));
         }
         let local = listeners[0].local_addr()?;
-        let (draining, stopping) = watch::channel(false);
-        let service = connection_service(state, tls, local, stopping)
+        let stop = StopHandle(Arc::new(watch::channel(false).0));
+        let service = connection_service(state, tls, local, stop.0.subscribe())
             .new_service(())
             .await
             .map_err(|()| anyhow::anyhow!("building the client API's HTTP service"))?;
         Ok(ApiOnRuntime {
             listeners,
             service: Rc::new(service),
-            draining,
-            stop: StopHandle::default(),
+            stop,
             shutdown_timeout,
         })
     }
@@ -130,10 +134,11 @@ impl ApiOnRuntime {
     /// `LocalSet` (actix's services are not `Send`).
     pub async fn run(self) {
         let mut connections = JoinSet::new();
+        let mut stopped = std::pin::pin!(StopHandle::stopped(self.stop.0.subscribe()));
         loop {
             tokio::select! {
                 biased;
-                () = self.stop.0.notified() => break,
+                () = &mut stopped => break,
                 // Reaps finished connections, so that the set's length counts open ones.
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
                 accepted = self.accept(), if connections.len() < MAX_CONNECTIONS => {
@@ -154,7 +159,6 @@ impl ApiOnRuntime {
             }
         }
         drop(self.listeners);
-        self.draining.send_replace(true);
         let open = connections.len();
         let drained = tokio::time::timeout(self.shutdown_timeout, async {
             while connections.join_next().await.is_some() {}
@@ -253,11 +257,5 @@ where
         .on_connect_ext(|io: &T, data: _| on_connect(io as &dyn std::any::Any, data))
         // Not a public API of actix-http, but the one `HttpServer` uses for
         // the same purpose: closes idle keep-alive connections on a stop.
-        .graceful_shutdown_signal(move || {
-            let mut stopping = stopping.clone();
-            async move {
-                // An error means the server is gone: stop waiting too.
-                let _ = stopping.wait_for(|stopping| *stopping).await;
-            }
-        })
+        .graceful_shutdown_signal(move || StopHandle::stopped(stopping.clone()))
 }

@@ -325,9 +325,9 @@ pub struct ServeArgs {
     pub snapshot_log_ratio: f64,
     /// HTTP worker threads of their own for the client API; 0 serves it on the
     /// runtime's thread instead (the runtime then has one thread: not with
-    /// `--runtime-threads` above 1). Default: 0
-    /// when the runtime has one thread (`--runtime-threads`, half the cores: on
-    /// one or two cores), which saves two thread wake-ups per request
+    /// `--runtime-threads` above 1). Default: 0 when the runtime has one thread
+    /// (`--runtime-threads`, half the cores: on one to three cores), which
+    /// saves two thread wake-ups per request
     /// (BENCHMARKS.md, "The client API on the runtime's thread"); otherwise one
     /// per core. A proxy (`--proxy`) always has workers, one per core by default.
     #[arg(long, env = "BATON_HTTP_WORKERS")]

@@ -355,30 +355,32 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Serve(args) => IdlePoll::new(args.idle_poll()),
         _ => IdlePoll::default(),
     });
-    let runtime = if api_on_runtime {
-        // One thread runs everything, the client API included.
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-    } else {
-        runtime(&cli, &idle_poll, cores, tokio_env_set)?
-    };
+    let runtime = runtime(&cli, &idle_poll, api_on_runtime, cores, tokio_env_set)?;
     // The API's connections, when on the runtime, are actix services, which are
     // not `Send`: they are spawned on this set, which runs on the runtime's thread.
     let local = tokio::task::LocalSet::new();
     runtime.block_on(local.run_until(run(cli, idle_poll, api_on_runtime)))
 }
 
-/// The multi-threaded runtime everything but HTTP runs on. A server gets
-/// [`cli::ServeArgs::runtime_worker_threads`] workers; the other commands
-/// tokio's default. Its workers poll for up to `idle_poll`'s budget before they
-/// park while the node leads alone (see [`IdlePoll`]).
+/// The runtime. With the client API on it (`api_on_runtime`), a current-thread
+/// runtime: one thread runs everything, and a lone request's answer is polled
+/// in `IdlePoll::await_briefly` on that thread, so it has no park hook.
+/// Otherwise the multi-threaded runtime everything but HTTP runs on: a server
+/// gets [`cli::ServeArgs::runtime_worker_threads`] workers, the other commands
+/// tokio's default, and its workers poll for up to `idle_poll`'s budget before
+/// they park while the node leads alone (see [`IdlePoll`]).
 fn runtime(
     cli: &Cli,
     idle_poll: &Arc<IdlePoll>,
+    api_on_runtime: bool,
     cores: usize,
     tokio_env_set: bool,
 ) -> std::io::Result<tokio::runtime::Runtime> {
+    if api_on_runtime {
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
+    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
     // The hook reads the runtime's metrics, which exist only once it is built.

@@ -230,45 +230,13 @@ async fn a_client_that_hangs_up_while_waiting_leaves_the_queue_with_http_workers
 /// The connection hook keeps a duplicate of each connection's socket, which a
 /// waiting request watches for the client's hang-up.
 async fn a_client_that_hangs_up_while_waiting_leaves_the_queue(api_mode: &[&str]) {
-    use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut server = Server {
-        child: harness::start_single_with(dir.path(), port, api_mode).await,
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    let base = server.base.clone();
-    let client = reqwest::Client::new();
-    let (status, _) = call(
-        &client,
-        reqwest::Method::POST,
-        format!("{base}/v1/locks/busy:acquire"),
-        json!({"ttl_ms": 60000}),
-    )
-    .await;
-    assert_eq!(status, 200);
-
-    let body = r#"{"wait_ms": 60000, "ttl_ms": 60000}"#;
-    let mut socket = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        socket,
-        "POST /v1/locks/busy:acquire HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let waiters = |client: reqwest::Client, base: String| async move {
-        let lock = harness::get_json(&client, &format!("{base}/v1/locks/busy")).await;
-        lock["waiters"].as_u64().unwrap()
-    };
-    let queued = harness::eventually(Duration::from_secs(10), || async {
-        (waiters(client.clone(), base.clone()).await == 1).then_some(())
-    })
-    .await;
-    assert!(queued.is_some(), "the waiter never queued");
-    drop(socket);
+    let (mut server, waiter) = a_node_with_a_waiter(dir.path(), port, api_mode, 60_000).await;
+    drop(waiter);
     // It asked to wait 60 s; only the hang-up can end its wait this soon.
     let left = harness::eventually(Duration::from_secs(10), || async {
-        (waiters(client.clone(), base.clone()).await == 0).then_some(())
+        (waiters(&server.base).await == 0).then_some(())
     })
     .await;
     assert!(
@@ -277,6 +245,13 @@ async fn a_client_that_hangs_up_while_waiting_leaves_the_queue(api_mode: &[&str]
     );
     server.child.kill().unwrap();
     server.child.wait().unwrap();
+}
+
+/// How many wait for lock `busy` on the node at `base`.
+async fn waiters(base: &str) -> u64 {
+    let client = reqwest::Client::new();
+    let lock = harness::get_json(&client, &format!("{base}/v1/locks/busy")).await;
+    lock["waiters"].as_u64().unwrap()
 }
 
 /// Sends `request` on a new connection to `port` and returns the connection.
@@ -313,23 +288,20 @@ fn read_to_close(socket: &mut std::net::TcpStream) -> String {
     }
 }
 
-/// Starts a node with `api_mode` and `shutdown_timeout_s`, holds lock `busy`
-/// and queues a raw request for it that waits `wait_ms`; the waiter's socket.
+/// Starts a node with `flags`, holds lock `busy` and queues a raw request for it
+/// that waits `wait_ms`; the waiter's socket.
 async fn a_node_with_a_waiter(
     dir: &Path,
     port: u16,
-    api_mode: &[&str],
-    shutdown_timeout_s: &str,
+    flags: &[&str],
     wait_ms: u64,
 ) -> (Server, std::net::TcpStream) {
-    let extra = [api_mode, &["--shutdown-timeout-s", shutdown_timeout_s][..]].concat();
     let server = Server {
-        child: harness::start_single_with(dir, port, &extra).await,
+        child: harness::start_single_with(dir, port, flags).await,
         base: format!("http://127.0.0.1:{port}"),
     };
-    let client = reqwest::Client::new();
     let (status, _) = call(
-        &client,
+        &reqwest::Client::new(),
         reqwest::Method::POST,
         format!("{}/v1/locks/busy:acquire", server.base),
         json!({"ttl_ms": 60000}),
@@ -338,8 +310,7 @@ async fn a_node_with_a_waiter(
     assert_eq!(status, 200);
     let waiter = send_raw(port, &waiting_acquire(wait_ms));
     let queued = harness::eventually(Duration::from_secs(20), || async {
-        let lock = harness::get_json(&client, &format!("{}/v1/locks/busy", server.base)).await;
-        (lock["waiters"].as_u64() == Some(1)).then_some(())
+        (waiters(&server.base).await == 1).then_some(())
     })
     .await;
     assert!(queued.is_some(), "the waiter never queued");
@@ -364,8 +335,8 @@ async fn a_stop_answers_requests_in_progress_and_closes_idle_connections(api_mod
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     // The waiter's 20 s leave room to look at the stopping node in between.
-    let (mut server, mut waiter) =
-        a_node_with_a_waiter(dir.path(), port, api_mode, "60", 20_000).await;
+    let flags = [api_mode, &["--shutdown-timeout-s", "60"][..]].concat();
+    let (mut server, mut waiter) = a_node_with_a_waiter(dir.path(), port, &flags, 20_000).await;
     let mut idle = send_raw(port, "GET /readyz HTTP/1.1\r\nHost: localhost\r\n\r\n");
     let mut buffer = [0u8; 1024];
     let read = std::io::Read::read(&mut idle, &mut buffer).unwrap();
@@ -409,8 +380,8 @@ async fn a_stop_closes_what_the_shutdown_timeout_leaves_with_http_workers() {
 async fn a_stop_closes_what_the_shutdown_timeout_leaves(api_mode: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let (mut server, mut waiter) =
-        a_node_with_a_waiter(dir.path(), port, api_mode, "1", 120_000).await;
+    let flags = [api_mode, &["--shutdown-timeout-s", "1"][..]].concat();
+    let (mut server, mut waiter) = a_node_with_a_waiter(dir.path(), port, &flags, 120_000).await;
     harness::signal(server.child.id(), "TERM");
     // Well inside the waiter's 120 s: only the shutdown timeout ends it.
     let exit = harness::exited(&mut server.child, Duration::from_secs(60)).await;
