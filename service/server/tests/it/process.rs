@@ -288,6 +288,29 @@ fn read_to_close(socket: &mut std::net::TcpStream) -> String {
     }
 }
 
+/// A keep-alive connection, answered once, on which a thread then sends a
+/// request every 300 ms until the server closes it.
+fn a_busy_keep_alive_connection(port: u16) -> std::thread::JoinHandle<()> {
+    use std::io::{Read, Write};
+    let request = "GET /readyz HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    // Answered before the caller stops the node: accepted, not left in the
+    // listener's backlog, which a stop drops.
+    let mut socket = send_raw(port, request);
+    let mut buffer = [0u8; 4096];
+    let read = socket.read(&mut buffer).unwrap();
+    let first = String::from_utf8_lossy(&buffer[..read]);
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_millis(300));
+        if socket.write_all(request.as_bytes()).is_err() {
+            return;
+        }
+        if matches!(socket.read(&mut buffer), Ok(0) | Err(_)) {
+            return;
+        }
+    })
+}
+
 /// Starts a node with `flags`, holds lock `busy` and queues a raw request for it
 /// that waits `wait_ms`; the waiter's socket.
 async fn a_node_with_a_waiter(
@@ -342,11 +365,26 @@ async fn a_stop_answers_requests_in_progress_and_closes_idle_connections(api_mod
     let read = std::io::Read::read(&mut idle, &mut buffer).unwrap();
     let ready = String::from_utf8_lossy(&buffer[..read]);
     assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    let busy = a_busy_keep_alive_connection(port);
     harness::signal(server.child.id(), "TERM");
     // Closed while the waiter is still waiting (the node exits only after its
     // answer), with nothing sent.
     let after_stop = read_to_close(&mut idle);
     assert_eq!(after_stop, "", "the idle connection got {after_stop}");
+    // A connection whose keep-alive never runs out (a request every 300 ms) is
+    // closed by the stop too, after an answer, while the waiter still waits:
+    // without the stop telling connections, it would be served until the node
+    // exits, after the waiter's answer.
+    busy.join().expect("the busy connection's thread");
+    waiter.set_nonblocking(true).unwrap();
+    let waiting = std::io::Read::read(&mut waiter, &mut buffer);
+    assert!(
+        waiting
+            .as_ref()
+            .is_err_and(|error| error.kind() == std::io::ErrorKind::WouldBlock),
+        "the busy connection outlived the request in progress: the waiter read {waiting:?}"
+    );
+    waiter.set_nonblocking(false).unwrap();
     let refused = harness::eventually(Duration::from_secs(10), || {
         std::future::ready(std::net::TcpStream::connect(("127.0.0.1", port)).err())
     })
