@@ -372,9 +372,9 @@ async fn a_stop_answers_requests_in_progress_and_closes_idle_connections(api_mod
     let after_stop = read_to_close(&mut idle);
     assert_eq!(after_stop, "", "the idle connection got {after_stop}");
     // A connection whose keep-alive never runs out (a request every 300 ms) is
-    // closed by the stop too, after an answer, while the waiter still waits:
-    // without the stop telling connections, it would be served until the node
-    // exits, after the waiter's answer.
+    // closed by the stop too, while the waiter still waits: without the stop's
+    // signal to connections, it is served until the shutdown timeout, long
+    // after the waiter's answer.
     busy.join().expect("the busy connection's thread");
     waiter.set_nonblocking(true).unwrap();
     let waiting = std::io::Read::read(&mut waiter, &mut buffer);
