@@ -288,21 +288,29 @@ fn read_to_close(socket: &mut std::net::TcpStream) -> String {
     }
 }
 
-/// A keep-alive connection, answered once, on which a thread then sends a
-/// request every 300 ms until the server closes it.
+/// A raw readiness request, which keeps a connection alive.
+const READYZ: &str = "GET /readyz HTTP/1.1\r\nHost: localhost\r\n\r\n";
+
+/// A keep-alive connection whose first request (`GET /readyz`) was answered:
+/// accepted, not left in the listener's backlog, which a stop drops.
+fn an_answered_keep_alive_connection(port: u16) -> std::net::TcpStream {
+    let mut socket = send_raw(port, READYZ);
+    let mut buffer = [0u8; 1024];
+    let read = std::io::Read::read(&mut socket, &mut buffer).unwrap();
+    let ready = String::from_utf8_lossy(&buffer[..read]);
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    socket
+}
+
+/// An answered keep-alive connection on which a thread then sends a request
+/// every 300 ms until the server closes it.
 fn a_busy_keep_alive_connection(port: u16) -> std::thread::JoinHandle<()> {
     use std::io::{Read, Write};
-    let request = "GET /readyz HTTP/1.1\r\nHost: localhost\r\n\r\n";
-    // Answered before the caller stops the node: accepted, not left in the
-    // listener's backlog, which a stop drops.
-    let mut socket = send_raw(port, request);
+    let mut socket = an_answered_keep_alive_connection(port);
     let mut buffer = [0u8; 4096];
-    let read = socket.read(&mut buffer).unwrap();
-    let first = String::from_utf8_lossy(&buffer[..read]);
-    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
     std::thread::spawn(move || loop {
         std::thread::sleep(Duration::from_millis(300));
-        if socket.write_all(request.as_bytes()).is_err() {
+        if socket.write_all(READYZ.as_bytes()).is_err() {
             return;
         }
         if matches!(socket.read(&mut buffer), Ok(0) | Err(_)) {
@@ -360,11 +368,7 @@ async fn a_stop_answers_requests_in_progress_and_closes_idle_connections(api_mod
     // The waiter's 20 s leave room to look at the stopping node in between.
     let flags = [api_mode, &["--shutdown-timeout-s", "60"][..]].concat();
     let (mut server, mut waiter) = a_node_with_a_waiter(dir.path(), port, &flags, 20_000).await;
-    let mut idle = send_raw(port, "GET /readyz HTTP/1.1\r\nHost: localhost\r\n\r\n");
-    let mut buffer = [0u8; 1024];
-    let read = std::io::Read::read(&mut idle, &mut buffer).unwrap();
-    let ready = String::from_utf8_lossy(&buffer[..read]);
-    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    let mut idle = an_answered_keep_alive_connection(port);
     let busy = a_busy_keep_alive_connection(port);
     harness::signal(server.child.id(), "TERM");
     // Closed while the waiter is still waiting (the node exits only after its
@@ -377,7 +381,7 @@ async fn a_stop_answers_requests_in_progress_and_closes_idle_connections(api_mod
     // after the waiter's answer.
     busy.join().expect("the busy connection's thread");
     waiter.set_nonblocking(true).unwrap();
-    let waiting = std::io::Read::read(&mut waiter, &mut buffer);
+    let waiting = std::io::Read::read(&mut waiter, &mut [0u8; 1024]);
     assert!(
         waiting
             .as_ref()
