@@ -44,6 +44,7 @@
 //!   recent entry, noted only while trace spans are on.
 
 mod codec;
+mod committed_mark;
 mod db;
 mod error;
 mod log_store;

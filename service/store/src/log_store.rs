@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::codec::{self, decode, encode, log_key, LOG_KEY_END};
+use crate::committed_mark::CommittedMark;
 use crate::db::{self, CF_LOG, CF_META, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE};
 use crate::error::StoreError;
 use crate::log_tail::{LogTail, TAIL_BYTES, TAIL_ENTRIES};
@@ -37,10 +38,11 @@ use crate::Durability;
 ///   written after it.
 /// - [`RaftLogStorage::save_vote`], [`RaftLogStorage::truncate`] and
 ///   [`RaftLogStorage::purge`] are synced before they return.
-/// - [`RaftLogStorage::save_committed`] is written without sync: it is called on
-///   every commit advance, and losing the latest value in a crash only means
-///   fewer entries are re-applied at startup (the rest are re-committed by the
-///   leader). RocksDB's WAL is ordered, so the next synced write makes it durable.
+/// - [`RaftLogStorage::save_committed`] is not written by itself: it is called
+///   on every commit advance, so the next append carries it in its batch
+///   ([`CommittedMark`]), and a stored value that lags (or is lost in a crash)
+///   only means fewer entries are re-applied at startup (the rest are
+///   re-committed by the leader).
 /// - `truncate` and `purge` are single atomic write batches (a range delete,
 ///   plus the new last purged id for `purge`), so a crash never leaves a hole.
 ///
@@ -53,7 +55,7 @@ use crate::Durability;
 /// openraft's core waits for, a follower's or a single node's, is written on
 /// the calling task when nothing is queued: the core would only wait for the
 /// hand-over to the writer and back); `save_vote`,
-/// `truncate` and `purge` wait for theirs; `save_committed` only queues it.
+/// `truncate` and `purge` wait for theirs.
 /// So no fsync blocks the runtime worker that runs openraft's core, and the
 /// patched core (vendor/openraft) replicates a leader's entries while its own
 /// append syncs.
@@ -71,6 +73,7 @@ use crate::Durability;
 /// handed to replication tasks is such a clone.
 #[derive(Clone)]
 pub struct LogStore {
+    committed: Arc<CommittedMark>,
     db: Arc<DB>,
     /// Testing only: how long a leader's own append is held before it is written.
     leader_append_hold: std::time::Duration,
@@ -93,8 +96,10 @@ impl LogStore {
         durability: Durability,
         metrics: Arc<StoreMetrics>,
     ) -> Result<Self, StoreError> {
+        let writer = LogWriter::start(db.clone(), durability)?;
         Ok(LogStore {
-            writer: LogWriter::start(db.clone(), durability)?,
+            committed: Arc::new(CommittedMark::new(db.clone(), writer.clone())),
+            writer,
             leader_append_hold: durability.leader_append_hold(),
             db,
             metrics,
@@ -201,6 +206,7 @@ impl LogStore {
             encoded_entries.push((entry, encoded.len()));
             batch.put_cf(cf, log_key(index), encoded);
         }
+        self.committed.add_to(&mut batch)?;
         let count = encoded_entries.len() as u64;
         self.tail().appended_all(encoded_entries);
         let metrics = self.metrics.clone();
@@ -341,24 +347,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         if let Some(committed) = &committed {
             self.metrics.committed(committed.index);
         }
-        let batch = self
-            .meta_batch(KEY_COMMITTED, "committed log id", &committed)
-            .map_err(write_logs_err)?;
-        // It needs no sync of its own (see Durability), so it is not waited
-        // for: written here when the writer is idle (a single node: otherwise
-        // the writer would still be busy with it when the next append comes,
-        // which then could not be written here either), queued otherwise.
-        let not_saved = |written: Result<(), StoreError>| {
-            if let Err(error) = written {
-                tracing::warn!(%error, "the committed log id was not saved");
-            }
-        };
-        self.writer
-            .write_here_or_submit(batch, false, Box::new(not_saved));
+        self.committed.save(committed);
         Ok(())
     }
 
     async fn read_committed(&mut self) -> StorageResult<Option<LogId>> {
+        if let Some(committed) = self.committed.latest() {
+            return Ok(committed);
+        }
         self.writer.caught_up().await.map_err(read_logs_err)?;
         let committed: Option<Option<LogId>> = self
             .get_meta(KEY_COMMITTED, "committed log id")
@@ -450,6 +446,39 @@ mod tests {
         release.send(()).unwrap();
         append.await.unwrap();
         assert_eq!(indexes(&log.read_range(1, None).unwrap()), [1, 2, 3, 4, 5]);
+    }
+
+    /// The committed id costs no write of its own: the next append carries it,
+    /// and until then this process reads the value it saved. A dropped store
+    /// writes the one still pending.
+    #[tokio::test]
+    async fn the_committed_id_rides_on_the_next_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let committed = |index| Some(blank(index).log_id);
+        {
+            let (mut log, _sm) = crate::open(dir.path()).unwrap();
+            let on_disk = |log: &LogStore| -> Option<Option<LogId>> {
+                log.get_meta(KEY_COMMITTED, "committed log id").unwrap()
+            };
+            log.blocking_append((1..=2).map(blank)).await.unwrap();
+            log.save_committed(committed(2)).await.unwrap();
+            let writes = log.writer.submitted();
+            assert_eq!(log.read_committed().await.unwrap(), committed(2));
+            assert_eq!(on_disk(&log), None, "not written by itself");
+            assert_eq!(log.writer.submitted(), writes, "nothing queued for it");
+
+            log.blocking_append([blank(3)]).await.unwrap();
+            assert_eq!(on_disk(&log), Some(committed(2)), "carried by the append");
+
+            log.save_committed(committed(3)).await.unwrap();
+            assert_eq!(on_disk(&log), Some(committed(2)));
+        }
+        let (mut log, _sm) = crate::open(dir.path()).unwrap();
+        assert_eq!(
+            log.read_committed().await.unwrap(),
+            committed(3),
+            "written when the store was dropped"
+        );
     }
 
     /// A read the tail cannot serve waits for the queued writes, so the disk

@@ -24,7 +24,7 @@ struct Write {
 }
 
 /// Carries out the log store's writes (appends, truncations, purges, the vote,
-/// the committed id) on a thread of its own, in the order they were submitted.
+/// the committed id when the store is dropped) on a thread of its own, in the order they were submitted.
 ///
 /// Why a thread: the patched openraft (vendor/openraft) lets a leader replicate
 /// entries while its own append syncs, and the sync must then not run on the
@@ -115,8 +115,8 @@ impl LogWriter {
     ///
     /// A write done here is not counted in what [`caught_up`](Self::caught_up)
     /// waits for: it is done before this returns, and its callers (the Raft
-    /// core's own awaited appends and its committed id) are the only ones that
-    /// could read it meanwhile.
+    /// core's own awaited appends) are the only ones that could read it
+    /// meanwhile.
     pub(crate) fn write_here_or_submit(&self, batch: WriteBatch, sync: bool, done: WriteDone) {
         match self.write_here_if_idle(batch, sync) {
             Ok(written) => done(written),
