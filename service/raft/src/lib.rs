@@ -75,7 +75,7 @@ mod waiting;
 mod watch_event;
 mod watch_hub;
 
-pub use baton_store::{BatonNode, Durability, MAX_WAL_PREWRITE_MIB};
+pub use baton_store::{active_wal_size, BatonNode, Durability, MAX_WAL_PREWRITE_MIB};
 pub use config::NodeConfig;
 pub use error::RaftLayerError;
 pub use idle_poll::IdlePoll;

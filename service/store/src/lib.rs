@@ -73,7 +73,7 @@ pub use type_config::{
     BatonNode, Entry, EntryPayload, LogId, LogState, Membership, NodeId, Snapshot, SnapshotMeta,
     StorageError, StorageResult, StoredMembership, TypeConfig, Vote,
 };
-pub use wal_prewrite::MAX_WAL_PREWRITE_MIB;
+pub use wal_prewrite::{active_wal_size, MAX_WAL_PREWRITE_MIB};
 
 /// The directory, inside the data directory, that holds the current snapshot's
 /// file (and, briefly, one being written or received).

@@ -109,8 +109,10 @@ pub(crate) fn prewrite(db: &DB, dir: &Path, mib: u32) -> Result<(), StoreError> 
     Ok(())
 }
 
-/// The size of the write-ahead log file RocksDB writes now.
-pub(crate) fn active_wal_size(dir: &Path) -> Result<u64, StoreError> {
+/// The size of the write-ahead log file RocksDB writes now in the store at
+/// `dir` (0 when it has none): a prewritten one is at least as large as the
+/// padding written at open.
+pub fn active_wal_size(dir: &Path) -> Result<u64, StoreError> {
     Ok(active_wal(dir)?.map_or(0, |(_, size)| size))
 }
 

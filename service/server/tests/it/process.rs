@@ -37,19 +37,6 @@ async fn call(
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
-/// The size of the write-ahead log file RocksDB writes in `data_dir` (the one
-/// with the highest number).
-fn newest_wal_file_bytes(data_dir: &Path) -> u64 {
-    let mut logs: Vec<_> = std::fs::read_dir(data_dir)
-        .unwrap()
-        .map(|entry| entry.unwrap())
-        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".log"))
-        .map(|entry| (entry.file_name(), entry.metadata().unwrap().len()))
-        .collect();
-    logs.sort();
-    logs.last().map_or(0, |(_, bytes)| *bytes)
-}
-
 #[tokio::test]
 async fn kill_9_loses_no_acknowledged_grant() {
     let dir = tempfile::tempdir().unwrap();
@@ -132,7 +119,7 @@ async fn kill_9_loses_no_acknowledged_grant() {
     // by default), so the crash below leaves a recycled file whose tail still
     // holds the padding of its earlier use: recovery must keep every synced
     // write before it and stop there.
-    let active = newest_wal_file_bytes(dir.path());
+    let active = baton_raft::active_wal_size(dir.path()).unwrap();
     assert!(
         active >= 60 << 20,
         "the log file in use is {active} bytes: not the prewritten one"
@@ -189,7 +176,7 @@ async fn kill_9_loses_no_acknowledged_grant() {
     assert!(fresh_token > max_old.max(before));
 
     // Again on the files the restart prewrote.
-    assert!(newest_wal_file_bytes(dir.path()) >= 60 << 20);
+    assert!(baton_raft::active_wal_size(dir.path()).unwrap() >= 60 << 20);
     server.child.kill().unwrap();
     server.child.wait().unwrap();
     let mut server = start(dir.path(), port).await;
