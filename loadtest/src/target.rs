@@ -67,7 +67,12 @@ impl Target {
     pub fn new(kind: TargetKind, base: &str, connections: usize) -> anyhow::Result<Self> {
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(connections.max(1))
-            .pool_idle_timeout(Duration::from_secs(90))
+            // Under Baton's HTTP keep-alive (actix's 5 s): a connection idle
+            // longer may be closing on the server just as a request is sent on
+            // it, which fails as a transport error (seen once in `make bench`:
+            // 11 of 333,323 keepalives, at the moment the setup's idle
+            // connections turned 5 s old). Dropped here first, it is reopened.
+            .pool_idle_timeout(Duration::from_secs(4))
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_secs(5))
             // Above every wait this tool asks for, so a timeout means a stuck server.
