@@ -1340,7 +1340,15 @@ async fn the_peer_listener_answers_what_is_not_a_peer_request_with_a_4xx() {
 /// election timeout (1.5 s at least) first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_takes_two_appends_that_arrive_in_the_wrong_order() {
-    let cluster = Cluster::start(1, &[]).await;
+    // Heartbeats of 500 ms: an append is held half of one (250 ms) for the one
+    // ahead of it. With the harness's 50 ms, the 25 ms hold ran out under CI's
+    // load before node 1 had taken the first append (its vote and two entries,
+    // synced), and the hold was counted given up.
+    let cluster = Cluster::start(
+        1,
+        &["--heartbeat-ms", "500", "--election-timeout-ms", "5000"],
+    )
+    .await;
     let (_, info) = cluster.get(1, "/v1/cluster").await;
     let term = info["term"].as_u64().expect("term");
     let last = info["commit_index"].as_u64().expect("commit index");
@@ -1393,7 +1401,7 @@ async fn a_follower_takes_two_appends_that_arrive_in_the_wrong_order() {
 
     let second = tokio::spawn(send(behind));
     // Let the second one reach the node and wait there first.
-    tokio::time::sleep(Duration::from_millis(2)).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let first = send(ahead).await;
     let second = second.await.expect("the second append");
     assert_eq!(first, json!({"Ok": "Success"}));
