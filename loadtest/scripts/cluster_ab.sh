@@ -7,7 +7,8 @@
 # directory after each build). Each round starts a fresh cluster of every build
 # in turn (node 1 initializes it and leads), runs each scenario against the
 # leader for SECONDS (default 10) and prints one line per run: throughput, p50,
-# p99. Defaults: 2 rounds, "lock-contended:32 lock-cycle:1". LEADER_FLAGS go to
+# p99, and the leader's CPU per operation (less noisy than throughput on a shared
+# machine: one binary's throughput spreads by up to 20 % between runs). Defaults: 2 rounds, "lock-contended:32 lock-cycle:1". LEADER_FLAGS go to
 # node 1 only (for example --unsafe-no-fsync, to see what the leader's own sync
 # costs). -l MS puts a delay_proxy.py between the leader and each follower
 # (MS each way, at least: nodes on separate hosts); clients still reach the
@@ -44,7 +45,7 @@ print(*picked)'
 }
 
 run_build() {
-  local name=$1 dir=$2 work pids=() api=() raft=() peers=""
+  local name=$1 dir=$2 work pids=() api=() raft=() peers="" leader_pid=""
   work=$(mktemp -d)
   local picked
   read -r -a picked <<<"$(ports)"
@@ -65,6 +66,7 @@ run_build() {
       --data-dir "$work/node-$i" --node-id "$i" --peers "$peers" --cluster-secret cluster-ab \
       --insecure-plaintext-peers "${extra[@]}" >"$work/node-$i.log" 2>&1 &
     pids+=($!)
+    if [ "$i" = 1 ]; then leader_pid=$!; fi
   done
   local base="http://127.0.0.1:${api[1]}" leader=""
   for _ in $(seq 1 150); do
@@ -78,13 +80,15 @@ run_build() {
     for sc in $scenarios; do
       local report
       report=$("$dir/baton-loadtest" run --scenario "${sc%%:*}" --target "$base" \
-        --clients "${sc##*:}" --duration-s "$seconds" 2>/dev/null)
+        --clients "${sc##*:}" --duration-s "$seconds" --server-pid "$leader_pid" 2>/dev/null)
       python3 - "$name" "$sc" "$report" <<'EOF'
 import json, sys
 name, sc, text = sys.argv[1:]
 r = json.loads(text[text.index("{"):])
 lat = r.get("latency_us") or r.get("latency") or {}
-print(f"{name:10} {sc:18} {r['throughput_per_s']:8.0f} ops/s  p50 {lat.get('p50', 0) / 1000:6.2f} ms  p99 {lat.get('p99', 0) / 1000:6.2f} ms  errors {r.get('errors', 0)}")
+cores = r.get("server_cpu_cores") or 0
+per_op = cores * 1e6 / r["throughput_per_s"] if r["throughput_per_s"] else 0
+print(f"{name:10} {sc:18} {r['throughput_per_s']:8.0f} ops/s  p50 {lat.get('p50', 0) / 1000:6.2f} ms  p99 {lat.get('p99', 0) / 1000:6.2f} ms  leader {per_op:6.1f} µs/op  errors {r.get('errors', 0)}")
 EOF
     done
   fi
