@@ -7,8 +7,10 @@
 # directory after each build). Each round starts a fresh cluster of every build
 # in turn (node 1 initializes it and leads), runs each scenario against the
 # leader for SECONDS (default 10) and prints one line per run: throughput, p50,
-# p99, and the leader's CPU per operation (less noisy than throughput on a shared
-# machine: one binary's throughput spreads by up to 20 % between runs). Defaults: 2 rounds, "lock-contended:32 lock-cycle:1". LEADER_FLAGS go to
+# p99, and the leader's CPU per operation. One binary's figures spread by up to
+# 20 % between rounds on a shared 2-core machine: run an A/A pair (the same DIR
+# twice) to see the spread before believing a difference. Defaults: 2 rounds,
+# "lock-contended:32 lock-cycle:1". LEADER_FLAGS go to
 # node 1 only (for example --unsafe-no-fsync, to see what the leader's own sync
 # costs). -l MS puts a delay_proxy.py between the leader and each follower
 # (MS each way, at least: nodes on separate hosts); clients still reach the

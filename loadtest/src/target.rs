@@ -69,9 +69,9 @@ impl Target {
             .pool_max_idle_per_host(connections.max(1))
             // Under Baton's HTTP keep-alive (actix's 5 s): a connection idle
             // longer may be closing on the server just as a request is sent on
-            // it, which fails as a transport error (seen once in `make bench`:
-            // 11 of 333,323 keepalives, at the moment the setup's idle
-            // connections turned 5 s old). Dropped here first, it is reopened.
+            // it, which fails as a transport error (BENCHMARKS.md, session 58:
+            // 11 keepalives of a `make bench` run). Dropped here first, it is
+            // reopened.
             .pool_idle_timeout(Duration::from_secs(4))
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_secs(5))

@@ -88,15 +88,15 @@ impl Drop for CommittedMark {
             Ok(()) => self.writer.submit(
                 batch,
                 false,
-                Box::new(|written| {
-                    if let Err(error) = written {
-                        tracing::warn!(%error, "the committed log id was not saved");
-                    }
-                }),
+                Box::new(|written| written.unwrap_or_else(not_saved)),
             ),
-            Err(error) => tracing::warn!(%error, "the committed log id was not saved"),
+            Err(error) => not_saved(error),
         }
     }
+}
+
+fn not_saved(error: StoreError) {
+    tracing::warn!(%error, "the committed log id was not saved");
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -24,7 +24,8 @@ struct Write {
 }
 
 /// Carries out the log store's writes (appends, truncations, purges, the vote,
-/// the committed id when the store is dropped) on a thread of its own, in the order they were submitted.
+/// the committed id when the store is dropped) on a thread of its own, in the
+/// order they were submitted.
 ///
 /// Why a thread: the patched openraft (vendor/openraft) lets a leader replicate
 /// entries while its own append syncs, and the sync must then not run on the
