@@ -171,14 +171,19 @@ def wait_until(what: str, check, *, timeout: float, running: Pods | None = None,
 
 def members_once_known(fetch, expected: dict[int, str]):
     """Polls `fetch()` (every voter's `GET /v1/cluster` answer) until the first
-    answer's members have the client URLs `expected` (by id); returns the
-    answers and those members by id. A voter the initializer could not reach
-    yet is recorded without its URL and fills it in itself about a second later
-    (read at once, the members lost that race in CI)."""
+    answer's members have the client URLs `expected` (by id) and every voter
+    names the cluster; returns the answers and those members by id. A voter the
+    initializer could not reach yet is recorded without its URL and fills it in
+    itself about a second later (read at once, the members lost that race in
+    CI). A voter knows the membership as soon as it has the entry, but names
+    the cluster only once it has applied the entry that does (`cluster_id: ""`
+    for a moment on a loaded machine: seen in CI)."""
     def known():
         views = fetch()
         members = {m["id"]: m for m in views[0]["members"]}
-        return (views, members) if {mid: m["api_addr"] for mid, m in members.items()} == expected else None
+        urls_known = {mid: m["api_addr"] for mid, m in members.items()} == expected
+        named = all(v["cluster_id"] for v in views)
+        return (views, members) if urls_known and named else None
 
     return wait_until("every member's client URL is known", known, timeout=20)
 
