@@ -1340,13 +1340,14 @@ async fn the_peer_listener_answers_what_is_not_a_peer_request_with_a_4xx() {
 /// election timeout (1.5 s at least) first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_takes_two_appends_that_arrive_in_the_wrong_order() {
-    // Heartbeats of 500 ms: an append is held half of one (250 ms) for the one
-    // ahead of it. With the harness's 50 ms, the 25 ms hold ran out under CI's
-    // load before node 1 had taken the first append (its vote and two entries,
+    // Heartbeats of 2 s: an append is held half of one (1 s) for the one ahead
+    // of it. In clean-clone CI runs (this test among the first, while other
+    // tests' nodes start and prewrite their logs) node 1 took longer than 25 ms
+    // and then 250 ms to take the first append (its vote and two entries,
     // synced), and the hold was counted given up.
     let cluster = Cluster::start(
         1,
-        &["--heartbeat-ms", "500", "--election-timeout-ms", "5000"],
+        &["--heartbeat-ms", "2000", "--election-timeout-ms", "20000"],
     )
     .await;
     let (_, info) = cluster.get(1, "/v1/cluster").await;
