@@ -15,11 +15,19 @@ struct Server {
 use crate::harness::{self, free_port};
 
 async fn start(data_dir: &Path, port: u16) -> Server {
+    start_with(data_dir, port, &[]).await
+}
+
+async fn start_with(data_dir: &Path, port: u16, extra: &[&str]) -> Server {
     Server {
-        child: harness::start_single(data_dir, port).await,
+        child: harness::start_single_with(data_dir, port, extra).await,
         base: format!("http://127.0.0.1:{port}"),
     }
 }
+
+/// The default prewrite of the write-ahead log, which the harness lowers for
+/// every other test (`harness::TEST_WAL_PREWRITE`).
+const DEFAULT_WAL_PREWRITE: &[&str] = &["--wal-prewrite-mib", "60"];
 
 async fn call(
     client: &reqwest::Client,
@@ -42,7 +50,7 @@ async fn kill_9_loses_no_acknowledged_grant() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let client = reqwest::Client::new();
-    let mut server = start(dir.path(), port).await;
+    let mut server = start_with(dir.path(), port, DEFAULT_WAL_PREWRITE).await;
     let base = server.base.clone();
     let (status, lease) = call(
         &client,
@@ -116,9 +124,9 @@ async fn kill_9_loses_no_acknowledged_grant() {
         .unwrap();
 
     // `serve` prewrites RocksDB's write-ahead log (`--wal-prewrite-mib`, 60
-    // by default), so the crash below leaves a recycled file whose tail still
-    // holds the padding of its earlier use: recovery must keep every synced
-    // write before it and stop there.
+    // by default, which this test asks for), so the crash below leaves a
+    // recycled file whose tail still holds the padding of its earlier use:
+    // recovery must keep every synced write before it and stop there.
     let active = baton_raft::active_wal_size(dir.path()).unwrap();
     assert!(
         active >= 60 << 20,
@@ -127,7 +135,7 @@ async fn kill_9_loses_no_acknowledged_grant() {
     server.child.kill().unwrap();
     server.child.wait().unwrap();
 
-    let mut server = start(dir.path(), port).await;
+    let mut server = start_with(dir.path(), port, DEFAULT_WAL_PREWRITE).await;
     let after: u64 = client
         .get(format!("{base}/v1/cluster"))
         .send()
@@ -179,7 +187,7 @@ async fn kill_9_loses_no_acknowledged_grant() {
     assert!(baton_raft::active_wal_size(dir.path()).unwrap() >= 60 << 20);
     server.child.kill().unwrap();
     server.child.wait().unwrap();
-    let mut server = start(dir.path(), port).await;
+    let mut server = start_with(dir.path(), port, DEFAULT_WAL_PREWRITE).await;
     let lock = harness::get_json(&client, &format!("{base}/v1/locks/after-restart")).await;
     assert_eq!(lock["token"].as_u64(), Some(fresh_token), "{lock}");
     for (name, token) in &grants {

@@ -349,6 +349,7 @@ async fn single_node(
         .arg(dir)
         .args(args)
         .env("BATON_LOG", "warn")
+        .env(harness::TEST_WAL_PREWRITE.0, harness::TEST_WAL_PREWRITE.1)
         .envs(env.iter().copied())
         .stdout(stdout)
         .stderr(Stdio::inherit())
