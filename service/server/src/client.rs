@@ -95,7 +95,11 @@ impl Client {
         tls: Option<rustls::ClientConfig>,
     ) -> Result<Client, ClientError> {
         let endpoint = endpoint.trim_end_matches('/').to_owned();
-        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
+        // A redirect is reported, not followed: Baton never sends one, and
+        // followed it took the cluster secret to whatever address it named.
+        let mut builder = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(5));
         if let Some(tls) = tls {
             builder = builder.use_preconfigured_tls(tls);
         }
@@ -144,6 +148,14 @@ impl Client {
             return Ok(response);
         }
         let status = response.status();
+        // A redirect names where it points: most likely the endpoint is
+        // wrong (http for an https node, a path, an ingress in between).
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|value| value.to_str().ok())
+            .map(|location| format!(" to {location} (not followed: check --endpoint)"))
+            .unwrap_or_default();
         let text = response
             .text()
             .await
@@ -152,7 +164,10 @@ impl Client {
             Ok(problem) => Err(ClientError::Problem(Box::new(problem))),
             Err(_) => Err(ClientError::Unexpected {
                 endpoint: self.endpoint.clone(),
-                detail: format!("{status}: {}", text.chars().take(200).collect::<String>()),
+                detail: format!(
+                    "{status}{location}: {}",
+                    text.chars().take(200).collect::<String>()
+                ),
             }),
         }
     }

@@ -62,6 +62,10 @@ impl Proxy {
             .filter(|url| !url.is_empty())
             .collect();
         let mut builder = reqwest::Client::builder()
+            // A redirect goes back to the client as it came (`relay`): followed
+            // here, it took the client's headers, `baton-cluster-secret`
+            // included, to whatever address it named.
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(1))
             .pool_idle_timeout(Duration::from_secs(90))
             .tcp_nodelay(true);

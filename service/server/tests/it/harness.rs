@@ -732,3 +732,49 @@ impl Keeper {
         self.answers.lock().unwrap().clone()
     }
 }
+
+/// A listener that keeps, as text, every request sent to it and never
+/// answers: `(its base URL, what it got)`.
+pub async fn recording_server() -> (String, Arc<Mutex<String>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(String::new()));
+    let recorded = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let recorded = recorded.clone();
+            tokio::spawn(async move {
+                let mut buffer = vec![0; 64 * 1024];
+                while let Ok(read @ 1..) =
+                    tokio::io::AsyncReadExt::read(&mut socket, &mut buffer).await
+                {
+                    let text = String::from_utf8_lossy(&buffer[..read]).into_owned();
+                    recorded.lock().unwrap().push_str(&text);
+                }
+            });
+        }
+    });
+    (base, seen)
+}
+
+/// A listener that answers every request with `307 Temporary Redirect` to
+/// `location`, as a misconfigured address (an ingress, an http-to-https
+/// redirector) would: its base URL.
+pub async fn redirecting_server(location: String) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let answer = format!(
+        "HTTP/1.1 307 Temporary Redirect\r\nlocation: {location}\r\ncontent-length: 0\r\n\r\n"
+    );
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let mut buffer = vec![0; 64 * 1024];
+                let _ = tokio::io::AsyncReadExt::read(&mut socket, &mut buffer).await;
+                let _ = tokio::io::AsyncWriteExt::write_all(&mut socket, answer.as_bytes()).await;
+            });
+        }
+    });
+    base
+}

@@ -733,3 +733,70 @@ async fn idle_polling_answers_lone_and_crowded_clients() {
         assert_eq!(tokens.len(), 16, "every holder had its own token");
     }
 }
+
+/// Neither the proxy nor the CLI follows a redirect: the proxy relays it
+/// unchanged (a transparent proxy), the CLI reports it. Followed, reqwest sent
+/// the `baton-cluster-secret` header (and on a 307 the body) on to whatever
+/// address the `location` named: it drops only `authorization` and cookies on
+/// a change of host.
+#[tokio::test]
+async fn the_proxy_and_the_cli_do_not_follow_redirects() {
+    let (elsewhere, seen) = harness::recording_server().await;
+    let redirecting = harness::redirecting_server(format!("{elsewhere}/v1/cluster")).await;
+    let port = free_port();
+    let mut proxy = std::process::Command::new(harness::baton_bin())
+        .args(["serve", "--proxy", &redirecting])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("BATON_LOG", "warn")
+        .spawn()
+        .unwrap();
+    // The recording address never answers: a request that follows the
+    // redirect there hangs until these limits.
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let up = harness::eventually(Duration::from_secs(20), || async {
+        let response = client.get(format!("{base}/healthz")).send().await.ok()?;
+        response.status().is_success().then_some(())
+    })
+    .await;
+    assert!(up.is_some(), "the proxy serves");
+    let response = client
+        .post(format!("{base}/v1/locks/some-lock:force-release"))
+        .header("baton-cluster-secret", "the-cluster-secret")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 307, "relayed unchanged");
+    assert_eq!(
+        response.headers()["location"].to_str().unwrap(),
+        format!("{elsewhere}/v1/cluster")
+    );
+
+    let cli = tokio::process::Command::new(harness::baton_bin())
+        .args(["cluster", "status", "--endpoint", &redirecting])
+        .args(["--cluster-secret", "the-cluster-secret"])
+        .kill_on_drop(true)
+        .output();
+    let cli = tokio::time::timeout(Duration::from_secs(20), cli)
+        .await
+        .expect("the CLI followed the redirect and waits there")
+        .unwrap();
+    assert!(!cli.status.success());
+    let said = String::from_utf8_lossy(&cli.stderr);
+    assert!(
+        said.contains(&format!(
+            "307 Temporary Redirect to {elsewhere}/v1/cluster (not followed"
+        )),
+        "{said}"
+    );
+
+    proxy.kill().unwrap();
+    proxy.wait().unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert!(seen.is_empty(), "a redirect was followed: {seen}");
+}
