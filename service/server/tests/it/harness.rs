@@ -30,7 +30,7 @@ pub const API_ON_WORKERS: &[&str] = &["--http-workers", "2", "--runtime-threads"
 /// MiB of write-ahead log written in advance instead of the default 60. The
 /// prewrite (two files of 60 MiB, synced) made each start about 0.75 s longer
 /// and filled the shared disk while other tests' nodes waited on their syncs;
-/// with it the Rust suite took 131 s instead of 77 s. The prewrite's code still
+/// with it the Rust suite took 131 s instead of 79 s. The prewrite's code still
 /// runs (1 MiB of it); the tests of the default itself pass
 /// `--wal-prewrite-mib` explicitly, which overrides this.
 pub const TEST_WAL_PREWRITE: (&str, &str) = ("BATON_WAL_PREWRITE_MIB", "1");
