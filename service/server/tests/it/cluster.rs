@@ -259,6 +259,13 @@ async fn killing_the_leader_loses_no_grant_and_a_restarted_node_catches_up_by_sn
     // The dead node's log ends a few entries (those in flight) past this.
     let (_, view) = cluster.get(leader, "/v1/cluster").await;
     let log_at_kill = view["commit_index"].as_u64().unwrap();
+    let built_before: Vec<f64> = {
+        let mut built = Vec::new();
+        for id in &followers {
+            built.push(cluster.metric(*id, "baton_snapshots_built_total").await);
+        }
+        built
+    };
     cluster.kill9(leader);
     progress.killed.store(true, Ordering::SeqCst);
     let killed_at = Instant::now();
@@ -282,14 +289,24 @@ async fn killing_the_leader_loses_no_grant_and_a_restarted_node_catches_up_by_sn
     // Enough writes after the kill for the new leader to snapshot and purge past
     // what the dead node has: it snapshots every SNAPSHOT_EVERY entries and keeps
     // as many behind its snapshot, so 5 x SNAPSHOT_EVERY past the dead node's
-    // commit index leaves a margin over the entries it had in flight. And every
+    // commit index leaves a margin over the entries it had in flight. The
+    // snapshots are built on a thread of idle priority, which a loaded machine
+    // can leave behind the log: the new leader must also have built four since
+    // the kill (each at least SNAPSHOT_EVERY entries after the one before, so
+    // the fourth purges past the dead node's log), or the restarted node may
+    // still catch up from the log (a clean-clone run saw that once, after test
+    // nodes stopped prewriting 120 MiB and restarted ten times faster). And every
     // worker keeps being granted new locks, each asked for after the kill.
     let target = log_at_kill + 5 * SNAPSHOT_EVERY;
+    let built_at_kill = built_before[followers.iter().position(|id| *id == new_leader).unwrap()];
     let progressed = eventually(Duration::from_secs(120), || async {
         let view = cluster.view(new_leader).await?;
         let log = view["commit_index"].as_u64()?;
+        let leader_api = &cluster.node(new_leader).api;
+        let built =
+            harness::try_metric(&cluster.client, leader_api, "baton_snapshots_built_total").await?;
         let every_worker = progress.after_kill().iter().all(|n| *n >= 3);
-        (log >= target && every_worker).then_some(())
+        (log >= target && built >= built_at_kill + 4.0 && every_worker).then_some(())
     })
     .await;
     stop.store(true, Ordering::Relaxed);
@@ -304,7 +321,7 @@ async fn killing_the_leader_loses_no_grant_and_a_restarted_node_catches_up_by_sn
     );
     assert!(
         progressed.is_some(),
-        "the new leader's log reached {target} (from {log_at_kill} at the kill)"
+        "the new leader's log reached {target} (from {log_at_kill} at the kill), with four snapshots built since"
     );
 
     let mut all_tokens = Vec::new();
