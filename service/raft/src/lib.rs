@@ -66,6 +66,7 @@ mod network;
 mod node;
 mod peer_server;
 mod proposer;
+mod resumed_term;
 mod routing;
 mod snapshot_schedule;
 mod tls;
