@@ -395,7 +395,7 @@ async fn a_leader_restarted_in_its_term_answers_no_read_without_its_last_write()
     let leader = cluster.wait_leader(None).await;
     // One follower misses every write below; the other takes them and stays
     // down after the kill.
-    let behind = (1..=3).filter(|id| *id != leader).last().unwrap();
+    let behind = (1..=3).rfind(|id| *id != leader).unwrap();
     cluster.pause(behind);
     let lease = cluster.lease(leader, 60_000).await;
     let mut last = None;
