@@ -18,7 +18,6 @@ use crate::log_versions::PeerLogVersions;
 use crate::metrics::NodeMetrics;
 use crate::network::{peer_http_client, HttpNetwork};
 use crate::proposer::{wall_clock_ms, Lane, Proposer};
-use crate::resumed_term::ResumedTerm;
 use crate::snapshot_schedule::SnapshotSchedule;
 use crate::waiters::WaiterRegistry;
 use crate::waiting::{QueueKind, Waited};
@@ -126,9 +125,6 @@ pub struct Node {
     pub(crate) metrics: Arc<NodeMetrics>,
     pub(crate) stop: watch::Sender<bool>,
     log_versions: PeerLogVersions,
-    /// The read floor should this node lead again in the term it led before a
-    /// restart (see [`ResumedTerm`]).
-    pub(crate) resumed: ResumedTerm,
 }
 
 impl Node {
@@ -139,20 +135,21 @@ impl Node {
     pub async fn start(config: NodeConfig) -> Result<Arc<Node>, StartError> {
         crate::log_versions::check_log_version(config.log_version).map_err(StartError::Config)?;
         std::fs::create_dir_all(&config.data_dir)?;
-        let (mut log_store, state_machine) = baton_store::open_with(
+        let (mut log_store, mut state_machine) = baton_store::open_with(
             &config.data_dir,
             baton_store::StoreOptions {
                 durability: config.durability,
                 wal_prewrite_mib: config.wal_prewrite_mib,
             },
         )?;
-        let resumed = {
-            use openraft::storage::RaftLogStorage;
-            let stored = |e: openraft::StorageError<u64>| StartError::Raft(e.to_string());
-            let vote = log_store.read_vote().await.map_err(stored)?;
-            let last_log = log_store.get_log_state().await.map_err(stored)?.last_log_id;
-            ResumedTerm::new(config.node_id, vote.as_ref(), last_log.as_ref())
-        };
+        // Before openraft reads the vote (see the function).
+        crate::stored_leadership::give_up_stored_leadership(
+            config.node_id,
+            &mut log_store,
+            &mut state_machine,
+        )
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
         let shared = state_machine.shared();
         let clock = Arc::new(LeaseClock::default());
         let waiters = Arc::new(WaiterRegistry::default());
@@ -216,7 +213,6 @@ impl Node {
             metrics,
             stop,
             log_versions,
-            resumed,
         });
         crate::bootstrap::bootstrap(&node).await?;
         tokio::spawn(watch_leadership(node.clone()));

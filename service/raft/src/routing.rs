@@ -260,28 +260,6 @@ pub(crate) async fn propose_as_leader(
 }
 
 async fn read_index_local(node: &Node) -> Result<u64, RaftLayerError> {
-    // A leader that resumed its term after a restart also waits for its log's
-    // end at start (see `ResumedTerm`); only until it has applied that far.
-    let Some((resumed_term, log_end)) = node.resumed.pending(node.shared.applied_index()) else {
-        return confirmed_read_index(node).await;
-    };
-    // The term is read before and after the confirmation, from the Raft core
-    // itself: equal, the confirmation happened in that term.
-    let before = vote_term(node).await?;
-    let index = confirmed_read_index(node).await?;
-    if vote_term(node).await? != before {
-        return Err(node.not_leader());
-    }
-    Ok(if before == resumed_term {
-        index.max(log_end)
-    } else {
-        index
-    })
-}
-
-/// openraft's read index: its committed index (at least its term's first
-/// entry), once a quorum confirmed this node still leads.
-async fn confirmed_read_index(node: &Node) -> Result<u64, RaftLayerError> {
     let checked = tokio::time::timeout(node.config.leader_wait(), node.raft.get_read_log_id());
     match checked.await {
         Ok(Ok((read_log_id, _applied))) => Ok(read_log_id.map_or(0, |id| id.index)),
@@ -293,14 +271,6 @@ async fn confirmed_read_index(node: &Node) -> Result<u64, RaftLayerError> {
             "leadership not confirmed by a quorum in time",
         )),
     }
-}
-
-/// The term of this node's vote, as the Raft core holds it now.
-async fn vote_term(node: &Node) -> Result<u64, RaftLayerError> {
-    node.raft
-        .with_raft_state(|state| state.vote_ref().leader_id().term)
-        .await
-        .map_err(RaftLayerError::unavailable)
 }
 
 async fn keep_alive_local(node: &Node, lease_id: LeaseId) -> Result<Option<u64>, RaftLayerError> {

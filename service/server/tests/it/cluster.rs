@@ -379,16 +379,16 @@ async fn killing_the_leader_loses_no_grant_and_a_restarted_node_catches_up_by_sn
     }
 }
 
-/// A leader killed and restarted before anyone else was elected leads again
-/// in the same term (openraft restores it at once), with the committed index
-/// it stored, which lags: it rides on the next append (`CommittedMark`), so the
-/// entry of the last acknowledged write is not known committed after the
-/// restart, and openraft's read index (its committed index, at least the first
-/// entry of its term, long committed) let such a leader serve reads without it
-/// until replication caught up. Found by the chaos smoke: stale reads and
-/// refused renews from a node after a kill-all. Here the follower that comes
-/// back was paused through the writes, so it must catch up before the commit
-/// moves, while confirming leadership for a read only needs its answer.
+/// A leader killed and restarted before anyone else was elected used to lead
+/// again in the same term (openraft restores a committed vote of its own at
+/// once), with the committed index it stored, which lags: it rides on the next
+/// append (`CommittedMark`). Its read index in that term was that index, so
+/// reads confirmed by a quorum missed the last acknowledged writes until
+/// replication caught up. Found by the chaos smoke: stale reads and refused
+/// renews from a node after a kill-all. Now it starts as a follower
+/// (`stored_leadership`). Here the follower that comes back was paused through
+/// the writes, so the old leader could confirm a read with its answer well
+/// before that follower caught up and the commit moved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_restarted_in_its_term_answers_no_read_without_its_last_write() {
     let mut cluster = Cluster::start(3, &[]).await;
@@ -450,6 +450,69 @@ async fn a_leader_restarted_in_its_term_answers_no_read_without_its_last_write()
             Some(token),
             "the first read answered after the restart shows the last write: {body}"
         );
+    }
+}
+
+/// Both followers' flushes commit a write before the leader's own append is
+/// on disk (the leader replicates while it syncs, see
+/// `a_leader_counts_itself_towards_a_quorum_only_once_its_append_is_on_disk`),
+/// so a `kill -9` can take an acknowledged write out of the leader's log while
+/// the followers keep it. Were the old leader to come back as the leader of its
+/// old term, it would miss that write, and write different entries under the
+/// log ids the followers already hold (openraft compares log ids, not
+/// contents): the replicas would diverge. Here the write is held back on the
+/// leader, every node killed, and the old leader restarted with one follower.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_only_the_followers_had_on_disk_survives_the_leaders_restart() {
+    let mut cluster = Cluster::start(
+        3,
+        &[
+            "--unsafe-leader-append-delay-ms",
+            "60000",
+            "--propose-timeout-ms",
+            "30000",
+        ],
+    )
+    .await;
+    let leader = cluster.wait_leader(None).await;
+    let (status, body) = cluster
+        .post(leader, "/v1/locks/acked:acquire", json!({"ttl_ms": 60_000}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let token = body["token"].as_u64().unwrap();
+    for id in 1..=3 {
+        cluster.kill9(id);
+    }
+    // They come back without the hold.
+    let hold = cluster
+        .extra
+        .iter()
+        .position(|arg| arg == "--unsafe-leader-append-delay-ms")
+        .unwrap();
+    cluster.extra.drain(hold..hold + 2);
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    cluster.spawn(leader);
+    cluster.spawn(follower);
+    for id in [leader, follower] {
+        let read = eventually(Duration::from_secs(60), || async {
+            let (status, body) = cluster.get(id, "/v1/locks/acked").await;
+            (status == 200).then_some(body)
+        })
+        .await
+        .expect("a read answered");
+        assert_eq!(read["token"].as_u64(), Some(token), "node {id}: {read}");
+    }
+    // A write after the restart lands on both replicas alike.
+    let (status, body) = cluster
+        .post(leader, "/v1/locks/after:acquire", json!({"ttl_ms": 60_000}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let revision = body["revision"].as_u64().unwrap();
+    for id in [leader, follower] {
+        let path = format!("/v1/locks/acked?consistency=local&min_revision={revision}");
+        let (status, read) = cluster.get(id, &path).await;
+        assert_eq!(status, 200, "{read}");
+        assert_eq!(read["token"].as_u64(), Some(token), "node {id}: {read}");
     }
 }
 
