@@ -218,6 +218,9 @@ pub(crate) async fn answer(node: &Node, call: LeaderCall) -> LeaderResult {
             .await
             .map(LeaderAnswer::KeepAlive),
         LeaderCall::Remaining(lease_id) => {
+            // No quorum check: the time left is advisory (`GET /v1/leases/{id}`
+            // has already made its linearizable read, and shows the TTL when
+            // this is unknown); a deposed leader's figure decides nothing.
             require_clock(node)?;
             Ok(LeaderAnswer::Remaining(
                 node.clock
