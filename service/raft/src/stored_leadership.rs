@@ -27,11 +27,12 @@ use openraft::storage::{RaftLogStorage, StorageHelper};
 /// openraft's log ids carry the leader's node id, so leaders of one term never
 /// write the same log id); the node starts as a follower, and the next leader,
 /// which only voters holding every committed entry can elect, commits them all
-/// with its first entry, before any read is answered at it. What it costs: an election after a
-/// leader restarts. A lone voter keeps leading: nothing commits without its own
-/// disk, and openraft commits its whole log at start. Two voters do not: the
-/// resumed leader's log would hold every write (each commit needed it), but its
-/// read index would still be the lagging committed index.
+/// with its first entry, before any read is answered at it. What it costs: an
+/// election after a leader restarts. A lone voter keeps leading: nothing
+/// commits without its own disk, and openraft commits its whole log at start.
+/// Two voters do not: the resumed leader's log would hold every write (each
+/// commit needed it), but its read index would still be the lagging committed
+/// index.
 pub(crate) async fn give_up_stored_leadership(
     node_id: u64,
     log_store: &mut LogStore,
