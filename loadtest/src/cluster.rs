@@ -81,7 +81,7 @@ pub async fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("{} at {}", s.kind.name(), s.url))?;
     }
-    let http = reqwest::Client::builder()
+    let http = baton_chaos::client::pooled_http_client()
         .timeout(Duration::from_secs(5))
         .build()?;
     let etcd_leader = etcd_leader(&http, &etcds).await?;

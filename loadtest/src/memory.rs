@@ -184,7 +184,7 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<MemoryReport> {
     let server = Server::baton_with(&args.baton_bin, &data, &log, (port, raft_port), &extra)?;
     let timeout = Duration::from_secs_f64(args.restart_timeout_s);
     let (mut ready_s, mut locks_s, mut held) = (None, None, 0);
-    let probe = reqwest::Client::builder()
+    let probe = baton_chaos::client::pooled_http_client()
         .timeout(Duration::from_secs(5))
         .build()?;
     while locks_s.is_none() {

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use baton_chaos::client::pooled_http_client;
 use baton_chaos::ports::free_port;
 use clap::Args;
 use serde::Serialize;
@@ -261,7 +262,7 @@ pub async fn overload(args: OverloadArgs) -> anyhow::Result<()> {
         &extra,
     )?;
     server.wait_ready(Duration::from_secs(30)).await?;
-    let client = reqwest::Client::builder()
+    let client = pooled_http_client()
         .pool_max_idle_per_host(4096)
         .timeout(Duration::from_millis(args.propose_timeout_ms * 3))
         .build()?;

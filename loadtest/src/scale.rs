@@ -185,7 +185,7 @@ async fn measure(args: &ScaleArgs, held: usize) -> anyhow::Result<Round> {
     // Fixed-width names: every lock costs the same, whatever the level.
     fill(&target, plan, |i, _| format!("scale/{i:08}")).await?;
     let fill_s = started.elapsed().as_secs_f64();
-    let http = reqwest::Client::new();
+    let http = baton_chaos::client::pooled_http_client().build()?;
     let before = scrape(&http, &server.url).await;
     let mut run = RunArgs::new(Scenario::LockCycle, TargetKind::Baton, &server.url);
     run.clients = args.clients;

@@ -174,7 +174,7 @@ async fn measure(args: &SnapshotClusterArgs) -> anyhow::Result<SnapshotClusterRe
     for node in &mut nodes {
         node.wait_ready(Duration::from_secs(60)).await?;
     }
-    let http = reqwest::Client::new();
+    let http = baton_chaos::client::pooled_http_client().build()?;
     let leader = baton_leader(&http, &nodes).await?;
     let down = (0..3).find(|&i| i != leader).expect("three nodes");
     let live = (0..3)

@@ -65,15 +65,11 @@ impl Target {
     /// A target of `kind` at `base`, with one pooled HTTP/1.1 client sized for
     /// `connections` concurrent requests.
     pub fn new(kind: TargetKind, base: &str, connections: usize) -> anyhow::Result<Self> {
-        let http = reqwest::Client::builder()
+        // Idle connections are dropped before Baton closes them
+        // (`pooled_http_client`); kept longer, one of them failed 11
+        // keepalives of a `make bench` run (BENCHMARKS.md, session 58).
+        let http = baton_chaos::client::pooled_http_client()
             .pool_max_idle_per_host(connections.max(1))
-            // Under Baton's HTTP keep-alive (actix's 5 s): a connection idle
-            // longer may be closing on the server just as a request is sent on
-            // it, which fails as a transport error (BENCHMARKS.md, session 58:
-            // 11 keepalives of a `make bench` run). Dropped here first, it is
-            // reopened.
-            .pool_idle_timeout(Duration::from_secs(4))
-            .tcp_nodelay(true)
             .connect_timeout(Duration::from_secs(5))
             // Above every wait this tool asks for, so a timeout means a stuck server.
             .timeout(Duration::from_millis(WAIT_MS + 30_000))

@@ -24,6 +24,24 @@ pub enum Reply {
     Unknown(String),
 }
 
+/// How long this harness's and the load tool's connection pools keep an idle
+/// connection. Well under the 5 s after which a Baton node closes a connection
+/// that sends nothing (its keep-alive, and the wait for a new connection's
+/// first request; 4.5 s at the earliest, the node's clock being read every
+/// 500 ms), so that the pool always lets go first. Kept longer, a request can
+/// go out on a connection the node is closing: a transport error, or the
+/// node's unsolicited `408 Request Timeout` read as the request's answer
+/// (`make test`'s overload run met that once in 26,252 acquires).
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A client builder with this harness's pool settings: idle connections
+/// dropped after [`POOL_IDLE_TIMEOUT`], no Nagle delay.
+pub fn pooled_http_client() -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .tcp_nodelay(true)
+}
+
 /// HTTP client over one connection pool, talking to one node's API URL per call.
 #[derive(Clone)]
 pub struct BatonClient {
@@ -33,7 +51,7 @@ pub struct BatonClient {
 impl BatonClient {
     /// A client whose requests give up after `timeout`.
     pub fn new(timeout: Duration) -> Self {
-        let http = reqwest::Client::builder()
+        let http = pooled_http_client()
             .timeout(timeout)
             .connect_timeout(Duration::from_millis(500))
             .pool_max_idle_per_host(4)
@@ -133,4 +151,36 @@ pub fn u64_field(v: &Value, key: &str) -> Option<u64> {
 /// A field of a JSON body as a string.
 pub fn str_field(v: &Value, key: &str) -> Option<String> {
     v.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::idle_server::{burst, IdleRecordingServer};
+
+    /// A Baton node closes a connection idle for 5 s, 4.5 s at the earliest.
+    const NODE_IDLE_CLOSE: Duration = Duration::from_secs(5);
+    const NODE_EARLIEST_CLOSE: Duration = Duration::from_millis(4_500);
+
+    /// The pool used to keep idle connections 90 s (reqwest's default): a
+    /// request after a quiet spell went out on a connection the node had
+    /// already given up on (the overload run's `408 null`).
+    #[tokio::test]
+    async fn the_pool_lets_go_of_idle_connections_before_a_node_closes_them() {
+        let server = IdleRecordingServer::start(Duration::from_millis(200))
+            .await
+            .expect("a local listener");
+        let client = pooled_http_client().build().expect("a client");
+        let url = format!("{}/v1/locks/some-lock", server.base);
+        burst(&client, &url, 4).await.expect("answered");
+        assert_eq!(server.connections(), 4, "the burst shared connections");
+        tokio::time::sleep(NODE_IDLE_CLOSE + Duration::from_millis(500)).await;
+        burst(&client, &url, 4).await.expect("answered");
+        assert_eq!(server.requests(), 8);
+        assert!(
+            server.longest_idle() < NODE_EARLIEST_CLOSE,
+            "a request came on a connection idle for {:?}",
+            server.longest_idle()
+        );
+    }
 }

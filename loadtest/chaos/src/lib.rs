@@ -6,6 +6,7 @@ pub mod check;
 pub mod client;
 pub mod cluster;
 pub mod history;
+pub mod idle_server;
 pub mod nemesis;
 pub mod ports;
 pub mod proxy;

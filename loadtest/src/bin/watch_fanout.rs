@@ -415,7 +415,7 @@ async fn main() -> anyhow::Result<()> {
     let server_cpu = args
         .server_pid
         .and_then(|pid| probe::CpuProbe::start(&pid.to_string()));
-    let writer = reqwest::Client::new();
+    let writer = baton_chaos::client::pooled_http_client().build()?;
     let mut cycles = 0u64;
     let until = Instant::now() + Duration::from_secs_f64(args.duration_s);
     let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));

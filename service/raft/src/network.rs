@@ -21,6 +21,17 @@ use crate::tls::Tls;
 /// Header carrying the cluster secret on peer requests.
 pub const CLUSTER_SECRET_HEADER: &str = "baton-cluster-secret";
 
+/// How long the peer client keeps an unused pooled connection: under the peer
+/// listener's idle close ([`crate::peer_server::HEADER_TIMEOUT`]), so that an
+/// append is never sent on a connection the peer is closing at that moment (it
+/// would fail, and replication would pause until the retry). Connections that
+/// carry heartbeats never idle that long; the extra ones a burst of appends
+/// opened do.
+pub(crate) const PEER_POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+const _: () =
+    assert!(PEER_POOL_IDLE_TIMEOUT.as_millis() < crate::peer_server::HEADER_TIMEOUT.as_millis());
+
 /// Creates one [`PeerClient`] per target; all share one connection pool.
 #[derive(Clone)]
 pub struct HttpNetwork {
@@ -56,7 +67,7 @@ pub fn peer_http_client(
         // `baton-cluster-secret` header (and, on a 307 or 308, the append) to
         // whatever address it named; refused, the leader logs the status.
         .redirect(reqwest::redirect::Policy::none())
-        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_idle_timeout(PEER_POOL_IDLE_TIMEOUT)
         .pool_max_idle_per_host(64)
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true);
@@ -354,6 +365,30 @@ mod tests {
     }
 
     const APPEND_LIMIT: Duration = Duration::from_millis(50);
+
+    /// The peer pool kept idle connections 90 s, past the peer listener's idle
+    /// close (10 s): an append after a quiet spell could go out on a connection
+    /// the peer was closing at that moment.
+    #[tokio::test]
+    async fn the_peer_pool_lets_go_of_idle_connections_before_a_peer_closes_them() {
+        use baton_chaos::idle_server::{burst, IdleRecordingServer};
+        let server = IdleRecordingServer::start(Duration::from_millis(200))
+            .await
+            .expect("a local listener");
+        let client = peer_http_client(Duration::from_secs(1), None).expect("client");
+        let url = format!("{}/raft/append", server.base);
+        burst(&client, &url, 4).await.expect("answered");
+        assert_eq!(server.connections(), 4, "the burst shared connections");
+        let quiet = PEER_POOL_IDLE_TIMEOUT + Duration::from_secs(1);
+        tokio::time::sleep(quiet).await;
+        burst(&client, &url, 4).await.expect("answered");
+        assert_eq!(server.requests(), 8);
+        assert!(
+            server.longest_idle() < quiet,
+            "an idle connection was kept for {:?}",
+            server.longest_idle()
+        );
+    }
 
     /// The error of an append to `raft_addr`, and the client that sent it.
     async fn append_to(

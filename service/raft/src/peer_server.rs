@@ -48,7 +48,10 @@ const PARSE_ON_RUNTIME_BELOW: usize = 256 << 10;
 
 /// How long a connection may take to send a request's headers (or its TLS
 /// handshake): a peer sends them at once, anything slower is not a peer.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// hyper starts this timer whenever it waits for a request head, so it also
+/// closes a keep-alive connection idle this long (the peer client lets go first:
+/// [`crate::network::PEER_POOL_IDLE_TIMEOUT`]).
+pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long the listener rests after `accept` fails (out of file descriptors,
 /// say) before it tries again, so the failure does not spin a core.

@@ -249,8 +249,8 @@ where
     <S::Service as Service<actix_http::Request>>::Future: 'static,
 {
     builder
-        .keep_alive(actix_http::KeepAlive::default())
-        .client_request_timeout(Duration::from_secs(5))
+        .keep_alive(crate::http_timeouts::KEEP_ALIVE)
+        .client_request_timeout(crate::http_timeouts::REQUEST_HEAD_TIMEOUT)
         .client_disconnect_timeout(Duration::from_secs(1))
         .h1_allow_half_closed(true)
         .local_addr(local)

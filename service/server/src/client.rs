@@ -99,7 +99,10 @@ impl Client {
         // followed it took the cluster secret to whatever address it named.
         let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(5));
+            .connect_timeout(Duration::from_secs(5))
+            // `baton lock` renews every ttl/3, 5 s by default: just when the
+            // node closes the connection the last renew left idle.
+            .pool_idle_timeout(crate::http_timeouts::POOL_IDLE_TIMEOUT);
         if let Some(tls) = tls {
             builder = builder.use_preconfigured_tls(tls);
         }
@@ -424,5 +427,28 @@ mod tests {
         assert_eq!(encode("team-a/db/migrate"), "team-a/db/migrate");
         assert_eq!(encode("a b:c?d#e%"), "a%20b%3Ac%3Fd%23e%25");
         assert_eq!(encode("é"), "%C3%A9");
+    }
+
+    /// Requests `baton lock` sends ttl/3 apart (5 s by default) went out on
+    /// the previous request's connection, which the node closes after 5 s
+    /// idle: a quiet spell of 4.5 s here must not reuse a connection.
+    #[tokio::test]
+    async fn a_connection_idle_past_the_pool_limit_is_not_reused() {
+        use baton_chaos::idle_server::IdleRecordingServer;
+        let node = IdleRecordingServer::start(Duration::ZERO)
+            .await
+            .expect("a local listener");
+        let client = Client::new(&node.base, None, None).expect("a client");
+        let quiet = crate::http_timeouts::POOL_IDLE_TIMEOUT + Duration::from_millis(500);
+        // The recorder's `{}` is no election: only the requests matter here.
+        let _ = client.get_election("nightly").await;
+        tokio::time::sleep(quiet).await;
+        let _ = client.get_election("nightly").await;
+        assert_eq!(node.requests(), 2);
+        assert!(
+            node.longest_idle() < quiet,
+            "a connection idle for {:?} was reused",
+            node.longest_idle()
+        );
     }
 }

@@ -30,6 +30,7 @@ mod client_cli;
 mod dev_certs;
 mod dev_cluster;
 mod event_stream;
+mod http_timeouts;
 mod inspect;
 mod open_files;
 mod otlp_transport;
@@ -194,6 +195,8 @@ async fn serve(
     } else {
         let server = HttpServer::new(move || App::new().configure(configure(state.clone())))
             .on_connect(on_connect)
+            .keep_alive(http_timeouts::KEEP_ALIVE)
+            .client_request_timeout(http_timeouts::REQUEST_HEAD_TIMEOUT)
             .workers(workers(&args))
             .shutdown_timeout(args.shutdown_timeout_s)
             // Signals are handled below: watch streams never finish by themselves,
@@ -265,6 +268,8 @@ async fn serve_proxy(args: &ServeArgs, targets: &str) -> anyhow::Result<()> {
             .default_service(web::to(proxy::forward))
     })
     .on_connect(on_connect)
+    .keep_alive(http_timeouts::KEEP_ALIVE)
+    .client_request_timeout(http_timeouts::REQUEST_HEAD_TIMEOUT)
     .workers(workers(args))
     .shutdown_timeout(args.shutdown_timeout_s);
     let server = match &tls {

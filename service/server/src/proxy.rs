@@ -67,7 +67,8 @@ impl Proxy {
             // included, to whatever address it named.
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(1))
-            .pool_idle_timeout(Duration::from_secs(90))
+            // The nodes close idle connections; this pool lets go first.
+            .pool_idle_timeout(crate::http_timeouts::POOL_IDLE_TIMEOUT)
             .tcp_nodelay(true);
         if let Some(tls) = tls {
             builder = builder.use_preconfigured_tls(tls);

@@ -800,3 +800,92 @@ async fn the_proxy_and_the_cli_do_not_follow_redirects() {
     let seen = seen.lock().unwrap().clone();
     assert!(seen.is_empty(), "a redirect was followed: {seen}");
 }
+
+#[tokio::test]
+async fn connections_that_send_nothing_close_after_five_seconds_with_the_api_on_the_runtime() {
+    connections_that_send_nothing_close_after_five_seconds(harness::API_ON_RUNTIME).await;
+}
+
+#[tokio::test]
+async fn connections_that_send_nothing_close_after_five_seconds_with_http_workers() {
+    connections_that_send_nothing_close_after_five_seconds(harness::API_ON_WORKERS).await;
+}
+
+/// What a client's connection pool must stay under (README, "Retries"): a
+/// connection that never sent a request is answered an unsolicited `408` with
+/// no body and closed after 5 s; one idle after an answer is closed after 5 s
+/// with nothing sent (4.5 s at the earliest: actix-http reads its clock every
+/// 500 ms). A pool that hands such a connection to a request at that
+/// moment gets the 408 as the request's answer (`make test`'s overload run,
+/// session 60: `acquire ov/21439: 408 null`) or a transport error.
+async fn connections_that_send_nothing_close_after_five_seconds(api_mode: &[&str]) {
+    /// Both limits, as `http_timeouts` sets them, less the 500 ms granularity
+    /// of the clock actix-http computes deadlines from.
+    const EARLIEST: Duration = Duration::from_millis(4_500);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = harness::start_single_with(dir.path(), port, api_mode).await;
+    let opened = std::time::Instant::now();
+    let mut unused = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    unused
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    // Measured from before the request: the node's wait starts after its answer.
+    let asked = std::time::Instant::now();
+    let mut idle = an_answered_keep_alive_connection(port);
+    let unsolicited = read_to_close(&mut unused);
+    let unused_for = opened.elapsed();
+    assert!(
+        unsolicited.starts_with("HTTP/1.1 408") && unsolicited.ends_with("\r\n\r\n"),
+        "{unsolicited:?}"
+    );
+    assert!(unused_for >= EARLIEST, "closed after {unused_for:?}");
+    let after_idle = read_to_close(&mut idle);
+    let idle_for = asked.elapsed();
+    assert_eq!(after_idle, "", "an idle connection got {after_idle:?}");
+    assert!(idle_for >= EARLIEST, "closed after {idle_for:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// The proxy's pool lets go of an idle connection to a node before the node
+/// closes it (after 4.5 to 5 s): it kept them 90 s, so a request forwarded after a
+/// quiet spell could go out on a connection the node was closing, and come
+/// back as a relayed `408` or a 503 "outcome unknown".
+#[tokio::test]
+async fn the_proxy_sends_nothing_on_a_connection_idle_as_long_as_a_node_keeps_one() {
+    use baton_chaos::idle_server::{burst, IdleRecordingServer};
+    const NODE_IDLE_CLOSE: Duration = Duration::from_secs(5);
+    const NODE_EARLIEST_CLOSE: Duration = Duration::from_millis(4_500);
+    let node = IdleRecordingServer::start(Duration::from_millis(200))
+        .await
+        .unwrap();
+    let port = free_port();
+    let mut proxy = std::process::Command::new(harness::baton_bin())
+        .args(["serve", "--proxy", &node.base])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("BATON_LOG", "error")
+        .spawn()
+        .unwrap();
+    // This side's pool must let go first too: the proxy closes idle connections.
+    let client = baton_chaos::client::pooled_http_client().build().unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let up = harness::eventually(Duration::from_secs(20), || async {
+        let response = client.get(format!("{base}/healthz")).send().await.ok()?;
+        response.status().is_success().then_some(())
+    })
+    .await;
+    assert!(up.is_some(), "the proxy serves");
+    let url = format!("{base}/v1/locks/some-lock");
+    burst(&client, &url, 4).await.unwrap();
+    assert!(node.connections() >= 4, "the burst shared connections");
+    tokio::time::sleep(NODE_IDLE_CLOSE + Duration::from_millis(500)).await;
+    burst(&client, &url, 4).await.unwrap();
+    assert!(
+        node.longest_idle() < NODE_EARLIEST_CLOSE,
+        "the proxy sent a request on a connection idle for {:?}",
+        node.longest_idle()
+    );
+    proxy.kill().unwrap();
+    proxy.wait().unwrap();
+}
