@@ -150,7 +150,7 @@ impl Server {
     /// Waits until the server answers ready (`/readyz` 200 for Baton, `/health`
     /// `"health":"true"` for etcd).
     pub async fn wait_ready(&mut self, within: Duration) -> anyhow::Result<()> {
-        let http = reqwest::Client::new();
+        let http = baton_chaos::client::pooled_http_client().build()?;
         let url = match self.kind {
             TargetKind::Baton => format!("{}/readyz", self.url),
             TargetKind::Etcd => format!("{}/health", self.url),

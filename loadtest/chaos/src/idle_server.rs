@@ -73,8 +73,9 @@ pub async fn burst(client: &reqwest::Client, url: &str, n: usize) -> reqwest::Re
         .map(|_| tokio::spawn(client.get(url).send()))
         .collect();
     for request in requests {
-        if let Ok(answer) = request.await {
-            answer?.error_for_status()?;
+        match request.await {
+            Ok(answer) => drop(answer?.error_for_status()?),
+            Err(failed) => std::panic::resume_unwind(failed.into_panic()),
         }
     }
     Ok(())

@@ -429,9 +429,16 @@ mod tests {
         assert_eq!(encode("é"), "%C3%A9");
     }
 
+    // The load tool's and the chaos harness's pools keep the same limit.
+    const _: () = assert!(
+        baton_chaos::client::POOL_IDLE_TIMEOUT.as_millis()
+            == crate::http_timeouts::POOL_IDLE_TIMEOUT.as_millis()
+    );
+
     /// Requests `baton lock` sends ttl/3 apart (5 s by default) went out on
     /// the previous request's connection, which the node closes after 5 s
-    /// idle: a quiet spell of 4.5 s here must not reuse a connection.
+    /// idle: a quiet spell of half a second past the pool limit must not reuse
+    /// a connection.
     #[tokio::test]
     async fn a_connection_idle_past_the_pool_limit_is_not_reused() {
         use baton_chaos::idle_server::IdleRecordingServer;

@@ -4,8 +4,8 @@
 //!
 //! A client that hands a pooled connection to a request just as the server
 //! closes it loses that request: a reset or an early close, which for a write
-//! means "outcome unknown". And actix-http answers a connection that sent no
-//! request within [`REQUEST_HEAD_TIMEOUT`] with an unsolicited `408` (empty
+//! means "outcome unknown". And actix-http answers a connection whose first
+//! request head has not arrived within [`REQUEST_HEAD_TIMEOUT`] with an unsolicited `408` (empty
 //! body) before closing it, which the client then reads as the answer to the
 //! request it just sent. A connection opened by a pool but never used (hyper's
 //! pool races a new connection against a returning one, and keeps the loser) is
@@ -23,7 +23,8 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
 pub const REQUEST_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// actix-http computes both deadlines from a clock it reads every 500 ms, so a
-/// connection can be closed this much before either limit.
+/// connection can be closed this much before either limit (more if the thread
+/// that reads it is busy: the second of slack below is for that too).
 pub const SERVER_CLOCK_GRANULARITY: Duration = Duration::from_millis(500);
 
 /// How long Baton's own clients of a Baton API (`baton serve --proxy`, the

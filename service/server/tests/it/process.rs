@@ -814,14 +814,17 @@ async fn connections_that_send_nothing_close_after_five_seconds_with_http_worker
 /// What a client's connection pool must stay under (README, "Retries"): a
 /// connection that never sent a request is answered an unsolicited `408` with
 /// no body and closed after 5 s; one idle after an answer is closed after 5 s
-/// with nothing sent (4.5 s at the earliest: actix-http reads its clock every
-/// 500 ms). A pool that hands such a connection to a request at that
+/// with nothing sent (about 4.5 s at the earliest: actix-http reads its clock
+/// every 500 ms). A pool that hands such a connection to a request at that
 /// moment gets the 408 as the request's answer (`make test`'s overload run,
 /// session 60: `acquire ov/21439: 408 null`) or a transport error.
 async fn connections_that_send_nothing_close_after_five_seconds(api_mode: &[&str]) {
-    /// Both limits, as `http_timeouts` sets them, less the 500 ms granularity
-    /// of the clock actix-http computes deadlines from.
-    const EARLIEST: Duration = Duration::from_millis(4_500);
+    /// Both limits are 5 s, computed from a clock actix-http reads every
+    /// 500 ms (later when its thread is busy). What the clients rely on is that
+    /// neither comes before their 3 s pool limit plus a second; and the
+    /// documented 5 s is not much longer.
+    const NOT_BEFORE: Duration = Duration::from_secs(4);
+    const NOT_AFTER: Duration = Duration::from_secs(8);
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let mut child = harness::start_single_with(dir.path(), port, api_mode).await;
@@ -839,24 +842,28 @@ async fn connections_that_send_nothing_close_after_five_seconds(api_mode: &[&str
         unsolicited.starts_with("HTTP/1.1 408") && unsolicited.ends_with("\r\n\r\n"),
         "{unsolicited:?}"
     );
-    assert!(unused_for >= EARLIEST, "closed after {unused_for:?}");
+    assert!(
+        (NOT_BEFORE..NOT_AFTER).contains(&unused_for),
+        "closed after {unused_for:?}"
+    );
     let after_idle = read_to_close(&mut idle);
     let idle_for = asked.elapsed();
     assert_eq!(after_idle, "", "an idle connection got {after_idle:?}");
-    assert!(idle_for >= EARLIEST, "closed after {idle_for:?}");
+    assert!(
+        (NOT_BEFORE..NOT_AFTER).contains(&idle_for),
+        "closed after {idle_for:?}"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
 }
 
 /// The proxy's pool lets go of an idle connection to a node before the node
-/// closes it (after 4.5 to 5 s): it kept them 90 s, so a request forwarded after a
+/// closes it (after about 4.5 to 5 s): it kept them 90 s, so a request forwarded after a
 /// quiet spell could go out on a connection the node was closing, and come
 /// back as a relayed `408` or a 503 "outcome unknown".
 #[tokio::test]
 async fn the_proxy_sends_nothing_on_a_connection_idle_as_long_as_a_node_keeps_one() {
     use baton_chaos::idle_server::{burst, IdleRecordingServer};
-    const NODE_IDLE_CLOSE: Duration = Duration::from_secs(5);
-    const NODE_EARLIEST_CLOSE: Duration = Duration::from_millis(4_500);
     let node = IdleRecordingServer::start(Duration::from_millis(200))
         .await
         .unwrap();
@@ -878,11 +885,13 @@ async fn the_proxy_sends_nothing_on_a_connection_idle_as_long_as_a_node_keeps_on
     assert!(up.is_some(), "the proxy serves");
     let url = format!("{base}/v1/locks/some-lock");
     burst(&client, &url, 4).await.unwrap();
-    assert!(node.connections() >= 4, "the burst shared connections");
-    tokio::time::sleep(NODE_IDLE_CLOSE + Duration::from_millis(500)).await;
+    assert!(node.connections() >= 2, "the burst shared one connection");
+    // The proxy's pool limit (`http_timeouts::POOL_IDLE_TIMEOUT`), and half a second.
+    let quiet = Duration::from_millis(3_500);
+    tokio::time::sleep(quiet).await;
     burst(&client, &url, 4).await.unwrap();
     assert!(
-        node.longest_idle() < NODE_EARLIEST_CLOSE,
+        node.longest_idle() < quiet,
         "the proxy sent a request on a connection idle for {:?}",
         node.longest_idle()
     );
