@@ -64,11 +64,30 @@ impl IdleRecordingServer {
             .max()
             .unwrap_or_default()
     }
+
+    /// A pool's behaviour across a quiet spell: a burst of four GETs to `url`
+    /// through `client` (which opens several connections), `quiet` of nothing,
+    /// a second burst; then the longest a connection sat idle before a request
+    /// came on it. A pool that lets go of idle connections sooner than `quiet`
+    /// opens new ones for the second burst, and this stays well under `quiet`.
+    /// `url` is this server's, or a proxy's in front of it.
+    pub async fn longest_idle_across(
+        &self,
+        client: &reqwest::Client,
+        url: &str,
+        quiet: Duration,
+    ) -> reqwest::Result<Duration> {
+        burst(client, url, 4).await?;
+        assert!(self.connections() >= 2, "the burst shared one connection");
+        tokio::time::sleep(quiet).await;
+        burst(client, url, 4).await?;
+        Ok(self.longest_idle())
+    }
 }
 
 /// Sends `n` GETs to `url` at once through `client`, so that each needs a
 /// connection of its own, and waits for them; the first failure, if any.
-pub async fn burst(client: &reqwest::Client, url: &str, n: usize) -> reqwest::Result<()> {
+async fn burst(client: &reqwest::Client, url: &str, n: usize) -> reqwest::Result<()> {
     let requests: Vec<_> = (0..n)
         .map(|_| tokio::spawn(client.get(url).send()))
         .collect();
