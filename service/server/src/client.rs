@@ -429,7 +429,9 @@ mod tests {
         assert_eq!(encode("é"), "%C3%A9");
     }
 
-    // The load tool's and the chaos harness's pools keep the same limit.
+    // The load tool and the chaos harness keep the same limit as the CLI and
+    // the proxy (`baton_chaos` stays free of the service crates, so the value
+    // cannot be shared).
     const _: () = assert!(
         baton_chaos::client::POOL_IDLE_TIMEOUT.as_millis()
             == crate::http_timeouts::POOL_IDLE_TIMEOUT.as_millis()
