@@ -24,7 +24,9 @@
 //!   secret.
 //! - `peer_server`: the peer listener ([`PeerServer`], hyper on the runtime): openraft's RPCs, leader calls
 //!   and the status bootstrap asks for, never on the client API's address.
-//! - `network`: [`HttpNetwork`], openraft's RPCs as JSON over pooled HTTP connections.
+//! - `network`: [`HttpNetwork`], openraft's RPCs as JSON over HTTP, one keep-alive
+//!   connection per replication stream.
+//! - `peer_connection`: a peer client's connection (hyper's HTTP/1.1 client, TLS).
 //! - `proposer`: [`Proposer`], batching requests into log entries, one fsync for many.
 //! - `lease_clock`: [`LeaseClock`], the leader's lease deadlines in memory; expiries are
 //!   proposed as commands.
@@ -64,6 +66,7 @@ mod membership;
 mod metrics;
 mod network;
 mod node;
+mod peer_connection;
 mod peer_server;
 mod proposer;
 mod routing;

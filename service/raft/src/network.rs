@@ -1,11 +1,14 @@
 //! The peer network: openraft RPCs as JSON over HTTP to each peer's Raft listener,
-//! on pooled keep-alive connections, authenticated by the cluster secret.
+//! on keep-alive connections ([`crate::peer_connection`]), authenticated by the
+//! cluster secret.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use baton_store::{BatonNode, TypeConfig};
+use bytes::Bytes;
+use hyper::header::HeaderValue;
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -16,30 +19,33 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::log_versions::{version_in, PeerLogVersions, LOG_VERSION_HEADER};
+use crate::peer_connection::{ExchangeError, PeerConnection, PeerConnector, PeerEndpoint, PeerRpc};
 use crate::tls::Tls;
 
 /// Header carrying the cluster secret on peer requests.
 pub const CLUSTER_SECRET_HEADER: &str = "baton-cluster-secret";
 
-/// How long the peer client keeps an unused pooled connection: well under the
-/// peer listener's idle close ([`crate::peer_server::HEADER_TIMEOUT`]), so that
-/// an append is never sent on a connection the peer is closing at that moment
-/// (it would fail, and replication would pause until the retry). Connections
-/// that carry heartbeats never idle that long; the extra ones a burst of appends
-/// opened do. The same client also posts a joining node's request to a
-/// member's client API, which closes idle connections after 5 s (about 4.5 s
-/// at the earliest): 3 s is under both.
+/// How long a peer client (and the pool of [`peer_http_client`]) keeps an
+/// unused connection: well under the peer listener's idle close
+/// ([`crate::peer_server::HEADER_TIMEOUT`]), so that an RPC is rarely sent on a
+/// connection the peer is closing at that moment (the peer client would send it
+/// again on a new one; a leader call would fail). Connections that carry
+/// heartbeats never idle that long; the second stream's, used only when two
+/// appends are in flight, does. The pooled client also posts a joining node's
+/// request to a member's client API, which closes idle connections after 5 s
+/// (about 4.5 s at the earliest): 3 s is under both.
 pub(crate) const PEER_POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(3);
 
 const _: () = assert!(
     PEER_POOL_IDLE_TIMEOUT.as_millis() + 1000 <= crate::peer_server::HEADER_TIMEOUT.as_millis()
 );
 
-/// Creates one [`PeerClient`] per target; all share one connection pool.
+/// Creates one [`PeerClient`] per target and append in flight, each with its
+/// own connection.
 #[derive(Clone)]
 pub struct HttpNetwork {
-    client: reqwest::Client,
-    secret: Option<String>,
+    connector: PeerConnector,
+    secret: Secret,
     dial_overrides: Arc<BTreeMap<u64, String>>,
     late_after: Duration,
     versions: PeerLogVersions,
@@ -53,7 +59,12 @@ pub struct HttpNetwork {
 /// was never there.
 type IdleClocks = Arc<Mutex<BTreeMap<u64, Instant>>>;
 
-/// The HTTP client every peer call shares: keep-alive connections, no Nagle,
+/// The cluster secret as the header value peer requests carry, or why it cannot
+/// be one (each call then fails saying so).
+type Secret = Option<Result<HeaderValue, String>>;
+
+/// The HTTP client for the calls that are not openraft's RPCs (a follower's
+/// leader calls, a joining node's request): keep-alive connections, no Nagle,
 /// and a connect timeout well under the election timeout so an unreachable peer
 /// is reported in time for the next heartbeat.
 /// A client that cannot be built is an error, never a default client: that
@@ -66,6 +77,9 @@ pub fn peer_http_client(
     tls: Option<&Arc<Tls>>,
 ) -> Result<reqwest::Client, String> {
     let mut builder = reqwest::Client::builder()
+        // Peers are called directly, never through a proxy from the
+        // environment (`HTTPS_PROXY`...), as openraft's RPCs are.
+        .no_proxy()
         // A peer never redirects. Followed, a redirect took the
         // `baton-cluster-secret` header (and, on a 307 or 308, the append) to
         // whatever address it named; refused, the leader logs the status.
@@ -82,21 +96,26 @@ pub fn peer_http_client(
 }
 
 impl HttpNetwork {
-    /// A network on `client` whose requests carry `secret`, dialing
-    /// `dial_overrides` instead of the membership's address where given.
+    /// A network whose requests, on connections `connector` opens, carry
+    /// `secret`, dialing `dial_overrides` instead of the membership's address
+    /// where given.
     /// `late_after` is the longest a follower may go without an append (the
     /// gap its own peer server warns about): the leader warns too, and says
     /// on which side of the wire the time went. Each peer's answers record
     /// its log version in `versions`.
     pub fn new(
-        client: reqwest::Client,
+        connector: PeerConnector,
         secret: Option<String>,
         dial_overrides: BTreeMap<u64, String>,
         late_after: Duration,
         versions: PeerLogVersions,
     ) -> Self {
+        let secret = secret.map(|secret| {
+            HeaderValue::from_str(&secret)
+                .map_err(|_| "the cluster secret is not a valid header value".to_owned())
+        });
         HttpNetwork {
-            client,
+            connector,
             secret,
             dial_overrides: Arc::new(dial_overrides),
             late_after,
@@ -106,12 +125,15 @@ impl HttpNetwork {
     }
 }
 
-/// Sends RPCs to one peer.
+/// Sends RPCs to one peer, one at a time, on a connection of its own.
 pub struct PeerClient {
-    client: reqwest::Client,
-    secret: Option<String>,
+    connector: PeerConnector,
+    connection: PeerConnection,
+    secret: Secret,
     target: u64,
-    urls: PeerUrls,
+    /// The peer's address, parsed once when openraft makes the client. An
+    /// address that does not parse fails each call as the request would have.
+    endpoint: Result<PeerEndpoint, String>,
     late_after: Duration,
     versions: PeerLogVersions,
     /// The log version this peer said last: the shared table is written only
@@ -129,10 +151,11 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
 
     async fn new_client(&mut self, target: u64, node: &BatonNode) -> PeerClient {
         PeerClient {
-            client: self.client.clone(),
+            connector: self.connector.clone(),
+            connection: PeerConnection::default(),
             secret: self.secret.clone(),
             target,
-            urls: PeerUrls::at(&crate::config::dial_url(
+            endpoint: PeerEndpoint::parse(&crate::config::dial_url(
                 &self.dial_overrides,
                 target,
                 &node.raft_addr,
@@ -141,30 +164,6 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
             versions: self.versions.clone(),
             said: None,
             idle_since: self.idle_since.clone(),
-        }
-    }
-}
-
-/// A peer's RPC addresses, parsed once per client: given a string, reqwest
-/// parses the URL again on every request (`url::parser` was about a tenth of
-/// the leader's replication CPU in a profile of three-node handoffs). An
-/// address that does not parse fails each call as the request would have.
-struct PeerUrls {
-    append: Result<reqwest::Url, String>,
-    snapshot: Result<reqwest::Url, String>,
-    vote: Result<reqwest::Url, String>,
-}
-
-impl PeerUrls {
-    fn at(base: &str) -> PeerUrls {
-        let url = |path: &str| {
-            reqwest::Url::parse(&format!("{base}/raft/{path}"))
-                .map_err(|error| format!("{base}: {error}"))
-        };
-        PeerUrls {
-            append: url("append"),
-            snapshot: url("snapshot"),
-            vote: url("vote"),
         }
     }
 }
@@ -192,7 +191,7 @@ impl PeerClient {
 
     async fn call<Req, Resp, E>(
         &mut self,
-        url: Result<reqwest::Url, String>,
+        rpc: PeerRpc,
         request: &Req,
         option: &RPCOption,
     ) -> Result<Resp, RPCError<u64, BatonNode, RaftError<u64, E>>>
@@ -201,24 +200,59 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let url = url.map_err(|reason| {
-            let error = std::io::Error::other(format!("peer {}: {reason}", self.target));
+        let failed = |target: u64, reason: &str| {
+            let error = std::io::Error::other(format!("peer {target}: {reason}"));
             RPCError::Network(NetworkError::new(&error))
-        })?;
-        let mut builder = self
-            .client
-            .post(url)
-            .timeout(option.hard_ttl())
-            .json(request);
-        if let Some(secret) = &self.secret {
-            builder = builder.header(CLUSTER_SECRET_HEADER, secret);
-        }
-        let response = builder.send().await.map_err(rpc_error)?;
+        };
+        let endpoint = self
+            .endpoint
+            .as_ref()
+            .map_err(|reason| failed(self.target, reason))?;
+        let secret = match &self.secret {
+            None => None,
+            Some(Ok(secret)) => Some(secret),
+            Some(Err(reason)) => return Err(failed(self.target, reason)),
+        };
+        let body = serde_json::to_vec(request)
+            .map(Bytes::from)
+            .map_err(|error| failed(self.target, &error.to_string()))?;
+        // openraft puts its own time-out around appends and votes; this one
+        // also bounds a snapshot chunk, and closes the connection when it fires.
+        // Only a peer that cannot be connected to (a connect time-out
+        // included) is `Unreachable`: openraft then leaves it alone for 500 ms
+        // (its default back-off). A peer that was reached but answered later
+        // than the time limit is a network error, retried at the next send:
+        // openraft 0.9 gives an append one heartbeat interval (60 ms by
+        // default), and a follower busy with a snapshot or a slow fsync can
+        // take longer. Reported as unreachable, one slow answer cost a
+        // follower half a second of silence (`make bench-snapshot-cluster`:
+        // gaps of 487-578 ms, each right after such a time-out).
+        let exchange = self
+            .connection
+            .exchange(&self.connector, endpoint, rpc, secret, body);
+        let answer = match tokio::time::timeout(option.hard_ttl(), exchange).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(ExchangeError::Unreachable(reason))) => {
+                let error = std::io::Error::other(format!("peer {}: {reason}", self.target));
+                return Err(RPCError::Unreachable(Unreachable::new(&error)));
+            }
+            Ok(Err(ExchangeError::Failed(reason))) => return Err(failed(self.target, &reason)),
+            Err(_) => {
+                let limit = option.hard_ttl().as_millis();
+                let missing = if self.connection.was_connecting() {
+                    "connection"
+                } else {
+                    "answer"
+                };
+                let reason = format!("no {missing} within {limit} ms");
+                return Err(failed(self.target, &reason));
+            }
+        };
         // Every answer says which log version the peer runs, a refusal too:
         // an older build refuses an append it cannot parse, without the header.
         let version = version_in(
-            response
-                .headers()
+            answer
+                .headers
                 .get(LOG_VERSION_HEADER)
                 .map(|value| value.as_bytes()),
         );
@@ -226,37 +260,19 @@ impl PeerClient {
             self.versions.heard(self.target, version);
             self.said = Some(version);
         }
-        if !response.status().is_success() {
-            let status = response.status();
-            let text = response.text().await.unwrap_or_default();
-            let error =
-                std::io::Error::other(format!("peer {} answered {status}: {text}", self.target));
+        if !answer.status.is_success() {
+            let text = String::from_utf8_lossy(&answer.body);
+            let error = std::io::Error::other(format!(
+                "peer {} answered {}: {text}",
+                self.target, answer.status
+            ));
             return Err(RPCError::Network(NetworkError::new(&error)));
         }
-        let result: Result<Resp, RaftError<u64, E>> = response
-            .json()
-            .await
+        let result: Result<Resp, RaftError<u64, E>> = serde_json::from_slice(&answer.body)
             .map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
         result.map_err(|error| {
             RPCError::RemoteError(openraft::error::RemoteError::new(self.target, error))
         })
-    }
-}
-
-/// What a failed send tells openraft. Only a peer that cannot be connected to
-/// is `Unreachable`: openraft then leaves it alone for 500 ms (its default
-/// backoff). A peer that was reached but answered later than the RPC's time
-/// limit is a network error, retried at the next send: openraft 0.9 gives an
-/// append as long as one heartbeat interval (60 ms by default), and a follower
-/// busy with a snapshot or a slow fsync can take longer than that. Reported as
-/// unreachable, one slow answer cost a follower half a second of silence
-/// (`make bench-snapshot-cluster`: gaps of 487-578 ms, each right after such a
-/// time-out). A connect time-out is a connect error, so still unreachable.
-fn rpc_error<E: std::error::Error>(error: reqwest::Error) -> RPCError<u64, BatonNode, E> {
-    if error.is_connect() {
-        RPCError::Unreachable(Unreachable::new(&error))
-    } else {
-        RPCError::Network(NetworkError::new(&error))
     }
 }
 
@@ -296,13 +312,13 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             }
         }
         // openraft wraps this call in a time-out of the same length and drops
-        // it when that fires, perhaps before reqwest's own and the line below:
+        // it when that fires, perhaps before `call`'s own and the line below:
         // the leader's delay then counts from when the append was given up.
         // (No warning for an append that took long: openraft gives it one
         // heartbeat interval, under the warning threshold, and logs its
         // time-out itself, "error replication to target".)
         self.set_idle_since(Some(sent + option.hard_ttl()));
-        let answer = self.call(self.urls.append.clone(), &rpc, &option).await;
+        let answer = self.call(PeerRpc::Append, &rpc, &option).await;
         self.set_idle_since(idle_from(&answer));
         answer
     }
@@ -317,7 +333,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     > {
         // Appends resume after the snapshot: the wait is the install's, not a gap.
         self.set_idle_since(None);
-        self.call(self.urls.snapshot.clone(), &rpc, &option).await
+        self.call(PeerRpc::Snapshot, &rpc, &option).await
     }
 
     async fn vote(
@@ -327,7 +343,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     ) -> Result<VoteResponse<u64>, RPCError<u64, BatonNode, RaftError<u64>>> {
         // A candidate: its appends as the next leader start a new clock.
         self.set_idle_since(None);
-        self.call(self.urls.vote.clone(), &rpc, &option).await
+        self.call(PeerRpc::Vote, &rpc, &option).await
     }
 }
 
@@ -338,9 +354,9 @@ mod tests {
 
     /// A network as the leader's, and a peer node at `raft_addr` for it.
     fn network_to(raft_addr: String) -> (HttpNetwork, BatonNode) {
-        let client = peer_http_client(Duration::from_millis(200), None).expect("client");
+        let connector = PeerConnector::new(Duration::from_millis(200), None).expect("connector");
         let network = HttpNetwork::new(
-            client,
+            connector,
             None,
             BTreeMap::new(),
             Duration::from_millis(125),
@@ -369,9 +385,10 @@ mod tests {
 
     const APPEND_LIMIT: Duration = Duration::from_millis(50);
 
-    /// The peer pool kept idle connections 90 s, past the peer listener's idle
-    /// close (10 s): an append after a quiet spell could go out on a connection
-    /// the peer was closing at that moment.
+    /// The pool of the client for leader calls and joins kept idle
+    /// connections 90 s, past the peer listener's idle close (10 s): a call
+    /// after a quiet spell could go out on a connection the peer was closing
+    /// at that moment.
     #[tokio::test]
     async fn the_peer_pool_lets_go_of_idle_connections_before_a_peer_closes_them() {
         let server =
@@ -389,6 +406,127 @@ mod tests {
             longest < quiet,
             "an idle connection was kept for {longest:?}"
         );
+    }
+
+    /// A peer client keeps its connection between appends, and lets go of it
+    /// once it has idled [`PEER_POOL_IDLE_TIMEOUT`]: never is an append sent
+    /// on a connection the peer may be closing.
+    #[tokio::test]
+    async fn a_peer_client_keeps_its_connection_until_it_has_idled_the_limit() {
+        let server = baton_chaos::idle_server::IdleRecordingServer::start(Duration::ZERO)
+            .await
+            .expect("a local listener");
+        let (mut peer, request) = peer_at(server.base.clone()).await;
+        let limit = RPCOption::new(Duration::from_secs(2));
+        for _ in 0..3 {
+            // The recording server answers `{}`, which is no append answer:
+            // the exchange is what is looked at here.
+            let _ = peer.append_entries(request.clone(), limit.clone()).await;
+        }
+        assert_eq!(server.requests(), 3);
+        assert_eq!(
+            server.connections(),
+            1,
+            "appends one after another share one"
+        );
+        let quiet = PEER_POOL_IDLE_TIMEOUT + Duration::from_millis(500);
+        tokio::time::sleep(quiet).await;
+        let _ = peer.append_entries(request, limit).await;
+        assert_eq!(server.requests(), 4);
+        assert_eq!(server.connections(), 2, "an idle connection was kept");
+        assert!(server.longest_idle() < PEER_POOL_IDLE_TIMEOUT);
+    }
+
+    /// What [`closing_peer`] saw: connections accepted, requests begun.
+    #[derive(Default)]
+    struct Seen {
+        connections: std::sync::atomic::AtomicUsize,
+        requests: std::sync::atomic::AtomicUsize,
+    }
+
+    /// A peer that answers the first request on each connection and closes it
+    /// when a second one comes, as a listener closing an idle connection just
+    /// as the leader sends on it does; or, not `answering`, closes each
+    /// connection when its first request comes.
+    async fn closing_peer(answering: bool) -> (String, Arc<Seen>) {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let seen = Arc::new(Seen::default());
+        let counting = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = listener.accept().await.expect("accept");
+                counting.connections.fetch_add(1, Ordering::SeqCst);
+                let counting = counting.clone();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buffer = [0; 4096];
+                    // The empty appends of these tests are small enough to
+                    // come in one piece with their head.
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match socket.read(&mut buffer).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buffer[..n]),
+                        }
+                    }
+                    counting.requests.fetch_add(1, Ordering::SeqCst);
+                    if !answering {
+                        return;
+                    }
+                    let body = br#"{"Ok":"Success"}"#;
+                    let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+                    let _ = socket.write_all(head.as_bytes()).await;
+                    let _ = socket.write_all(body).await;
+                    // The next request: closed without an answer.
+                    if matches!(socket.read(&mut buffer).await, Ok(n) if n > 0) {
+                        counting.requests.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        (format!("http://{addr}"), seen)
+    }
+
+    /// An append that meets a kept connection closing under it goes out once
+    /// more on a new connection, instead of failing and waiting for
+    /// openraft's next send.
+    #[tokio::test]
+    async fn an_append_on_a_connection_the_peer_closed_is_sent_again() {
+        use std::sync::atomic::Ordering;
+        let (addr, seen) = closing_peer(true).await;
+        let (mut peer, request) = peer_at(addr).await;
+        let limit = RPCOption::new(Duration::from_secs(2));
+        for sent in 1..=3 {
+            let answer = peer.append_entries(request.clone(), limit.clone()).await;
+            assert!(
+                matches!(answer, Ok(AppendEntriesResponse::Success)),
+                "append {sent}: {answer:?}"
+            );
+        }
+        // The first append opened a connection; the second and third each
+        // went out on the kept one, which closed, then on a new one.
+        assert_eq!(seen.connections.load(Ordering::SeqCst), 3);
+        assert_eq!(seen.requests.load(Ordering::SeqCst), 5);
+    }
+
+    /// A request that fails on a new connection is not sent again: the peer is
+    /// not answering, and openraft decides when to try next.
+    #[tokio::test]
+    async fn an_append_that_fails_on_a_new_connection_is_not_sent_again() {
+        use std::sync::atomic::Ordering;
+        let (addr, seen) = closing_peer(false).await;
+        let (mut peer, request) = peer_at(addr).await;
+        let error = peer
+            .append_entries(request, RPCOption::new(Duration::from_secs(2)))
+            .await
+            .expect_err("closed without an answer");
+        assert!(matches!(error, RPCError::Network(_)), "{error:?}");
+        assert_eq!(seen.connections.load(Ordering::SeqCst), 1);
+        assert_eq!(seen.requests.load(Ordering::SeqCst), 1);
     }
 
     /// The error of an append to `raft_addr`, and the client that sent it.
@@ -434,7 +572,7 @@ mod tests {
     }
 
     /// openraft drops an append when its own time-out (of the same length as
-    /// reqwest's) fires first: the idle clock starts all the same, from the
+    /// the client's) fires first: the idle clock starts all the same, from the
     /// time limit, not from the append before (which made a slow peer look
     /// like a late leader).
     #[tokio::test]
@@ -520,7 +658,7 @@ mod tests {
         for status in ["307 Temporary Redirect", "301 Moved Permanently"] {
             let addr = redirecting_peer(status, format!("{elsewhere}/raft/append")).await;
             let (mut network, node) = network_to(addr);
-            network.secret = Some("the-cluster-secret".to_owned());
+            network.secret = Some(Ok(HeaderValue::from_static("the-cluster-secret")));
             let mut peer = network.new_client(2, &node).await;
             let (_, request) = peer_at(String::new()).await;
             let error = peer

@@ -17,6 +17,7 @@ use crate::lease_clock::LeaseClock;
 use crate::log_versions::PeerLogVersions;
 use crate::metrics::NodeMetrics;
 use crate::network::{peer_http_client, HttpNetwork};
+use crate::peer_connection::PeerConnector;
 use crate::proposer::{wall_clock_ms, Lane, Proposer};
 use crate::snapshot_schedule::SnapshotSchedule;
 use crate::waiters::WaiterRegistry;
@@ -167,16 +168,16 @@ impl Node {
         }));
         let raft_config = raft_config(&config)?;
         let log_versions = PeerLogVersions::default();
-        let client = peer_http_client(
-            config.heartbeat.max(Duration::from_millis(100)) * 2,
-            config.tls.as_ref(),
-        )
-        .map_err(|error| StartError::Config(format!("the peer HTTP client: {error}")))?;
+        let connect_timeout = config.heartbeat.max(Duration::from_millis(100)) * 2;
+        let client = peer_http_client(connect_timeout, config.tls.as_ref())
+            .map_err(|error| StartError::Config(format!("the peer HTTP client: {error}")))?;
+        let connector = PeerConnector::new(connect_timeout, config.tls.as_ref())
+            .map_err(|error| StartError::Config(format!("the peer connector: {error}")))?;
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),
             HttpNetwork::new(
-                client.clone(),
+                connector,
                 config.cluster_secret.clone(),
                 config.dial_overrides.clone(),
                 config.late_leader_contact(),
