@@ -34,11 +34,10 @@ pub const CLUSTER_SECRET_HEADER: &str = "baton-cluster-secret";
 /// appends are in flight, does. The pooled client also posts a joining node's
 /// request to a member's client API, which closes idle connections after 5 s
 /// (about 4.5 s at the earliest): 3 s is under both.
-pub(crate) const PEER_POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const PEER_IDLE_TIMEOUT: Duration = Duration::from_secs(3);
 
-const _: () = assert!(
-    PEER_POOL_IDLE_TIMEOUT.as_millis() + 1000 <= crate::peer_server::HEADER_TIMEOUT.as_millis()
-);
+const _: () =
+    assert!(PEER_IDLE_TIMEOUT.as_millis() + 1000 <= crate::peer_server::HEADER_TIMEOUT.as_millis());
 
 /// Creates one [`PeerClient`] per target and append in flight, each with its
 /// own connection.
@@ -84,7 +83,7 @@ pub fn peer_http_client(
         // `baton-cluster-secret` header (and, on a 307 or 308, the append) to
         // whatever address it named; refused, the leader logs the status.
         .redirect(reqwest::redirect::Policy::none())
-        .pool_idle_timeout(PEER_POOL_IDLE_TIMEOUT)
+        .pool_idle_timeout(PEER_IDLE_TIMEOUT)
         .pool_max_idle_per_host(64)
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true);
@@ -200,25 +199,22 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let failed = |target: u64, reason: &str| {
-            let error = std::io::Error::other(format!("peer {target}: {reason}"));
-            RPCError::Network(NetworkError::new(&error))
-        };
-        let endpoint = self
-            .endpoint
-            .as_ref()
-            .map_err(|reason| failed(self.target, reason))?;
+        let target = self.target;
+        let failed =
+            |reason: &str| RPCError::Network(NetworkError::new(&peer_error(target, reason)));
+        let endpoint = self.endpoint.as_ref().map_err(|reason| failed(reason))?;
         let secret = match &self.secret {
             None => None,
             Some(Ok(secret)) => Some(secret),
-            Some(Err(reason)) => return Err(failed(self.target, reason)),
+            Some(Err(reason)) => return Err(failed(reason)),
         };
         let body = serde_json::to_vec(request)
             .map(Bytes::from)
-            .map_err(|error| failed(self.target, &error.to_string()))?;
-        // openraft puts its own time-out around appends and votes; this one
-        // also bounds a snapshot chunk, and closes the connection when it fires.
-        // Only a peer that cannot be connected to (a connect time-out
+            .map_err(|error| failed(&error.to_string()))?;
+        // openraft puts a time-out of the same length around every RPC it
+        // sends; this one decides what the RPC says when that time runs out
+        // (it is polled first, and a caller other than openraft gets it too),
+        // and dropping the exchange closes its connection. Only a peer that cannot be connected to (a connect time-out
         // included) is `Unreachable`: openraft then leaves it alone for 500 ms
         // (its default back-off). A peer that was reached but answered later
         // than the time limit is a network error, retried at the next send:
@@ -233,10 +229,10 @@ impl PeerClient {
         let answer = match tokio::time::timeout(option.hard_ttl(), exchange).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(ExchangeError::Unreachable(reason))) => {
-                let error = std::io::Error::other(format!("peer {}: {reason}", self.target));
+                let error = peer_error(target, &reason);
                 return Err(RPCError::Unreachable(Unreachable::new(&error)));
             }
-            Ok(Err(ExchangeError::Failed(reason))) => return Err(failed(self.target, &reason)),
+            Ok(Err(ExchangeError::Failed(reason))) => return Err(failed(&reason)),
             Err(_) => {
                 let limit = option.hard_ttl().as_millis();
                 let missing = if self.connection.was_connecting() {
@@ -244,8 +240,7 @@ impl PeerClient {
                 } else {
                     "answer"
                 };
-                let reason = format!("no {missing} within {limit} ms");
-                return Err(failed(self.target, &reason));
+                return Err(failed(&format!("no {missing} within {limit} ms")));
             }
         };
         // Every answer says which log version the peer runs, a refusal too:
@@ -274,6 +269,11 @@ impl PeerClient {
             RPCError::RemoteError(openraft::error::RemoteError::new(self.target, error))
         })
     }
+}
+
+/// A failed RPC's error, naming the peer.
+fn peer_error(target: u64, reason: &str) -> std::io::Error {
+    std::io::Error::other(format!("peer {target}: {reason}"))
 }
 
 /// From when the leader's next append to a peer counts as its own delay: the
@@ -397,7 +397,7 @@ mod tests {
                 .expect("a local listener");
         let client = peer_http_client(Duration::from_secs(1), None).expect("client");
         let url = format!("{}/raft/append", server.base);
-        let quiet = PEER_POOL_IDLE_TIMEOUT + Duration::from_secs(1);
+        let quiet = PEER_IDLE_TIMEOUT + Duration::from_secs(1);
         let longest = server
             .longest_idle_across(&client, &url, quiet)
             .await
@@ -409,7 +409,7 @@ mod tests {
     }
 
     /// A peer client keeps its connection between appends, and lets go of it
-    /// once it has idled [`PEER_POOL_IDLE_TIMEOUT`]: never is an append sent
+    /// once it has idled [`PEER_IDLE_TIMEOUT`]: never is an append sent
     /// on a connection the peer may be closing.
     #[tokio::test]
     async fn a_peer_client_keeps_its_connection_until_it_has_idled_the_limit() {
@@ -429,12 +429,12 @@ mod tests {
             1,
             "appends one after another share one"
         );
-        let quiet = PEER_POOL_IDLE_TIMEOUT + Duration::from_millis(500);
+        let quiet = PEER_IDLE_TIMEOUT + Duration::from_millis(500);
         tokio::time::sleep(quiet).await;
         let _ = peer.append_entries(request, limit).await;
         assert_eq!(server.requests(), 4);
         assert_eq!(server.connections(), 2, "an idle connection was kept");
-        assert!(server.longest_idle() < PEER_POOL_IDLE_TIMEOUT);
+        assert!(server.longest_idle() < PEER_IDLE_TIMEOUT);
     }
 
     /// What [`closing_peer`] saw: connections accepted, requests begun.

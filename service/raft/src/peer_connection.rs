@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio::task::AbortHandle;
 use tokio_rustls::TlsConnector;
 
-use crate::network::{CLUSTER_SECRET_HEADER, PEER_POOL_IDLE_TIMEOUT};
+use crate::network::{CLUSTER_SECRET_HEADER, PEER_IDLE_TIMEOUT};
 use crate::tls::Tls;
 
 /// Largest answer read from a peer: its answers are a few hundred bytes; this
@@ -238,7 +238,7 @@ pub enum ExchangeError {
 }
 
 /// One peer client's connection, kept between its RPCs while the peer keeps
-/// it open and it has not idled longer than [`PEER_POOL_IDLE_TIMEOUT`].
+/// it open and it has not idled longer than [`PEER_IDLE_TIMEOUT`].
 #[derive(Default)]
 pub struct PeerConnection {
     kept: Option<Kept>,
@@ -275,7 +275,7 @@ impl PeerConnection {
         let kept = self
             .kept
             .take()
-            .filter(|kept| kept.idle_since.elapsed() < PEER_POOL_IDLE_TIMEOUT)
+            .filter(|kept| kept.idle_since.elapsed() < PEER_IDLE_TIMEOUT)
             .filter(|kept| !kept.connection.sender.is_closed());
         let (mut connection, mut reused) = match kept {
             Some(kept) => (kept.connection, true),

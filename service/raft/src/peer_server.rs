@@ -50,7 +50,7 @@ const PARSE_ON_RUNTIME_BELOW: usize = 256 << 10;
 /// handshake): a peer sends them at once, anything slower is not a peer.
 /// hyper starts this timer whenever it waits for a request head, so it also
 /// closes a keep-alive connection idle this long (the peer client lets go first:
-/// [`crate::network::PEER_POOL_IDLE_TIMEOUT`]).
+/// [`crate::network::PEER_IDLE_TIMEOUT`]).
 pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long the listener rests after `accept` fails (out of file descriptors,
