@@ -43,6 +43,7 @@
 //! - `stage_times`: [`stage_times()`], when this node appended, synced and applied each
 //!   recent entry, noted only while trace spans are on.
 
+mod apply_run;
 mod codec;
 mod committed_mark;
 mod db;
@@ -62,6 +63,7 @@ mod wal_prewrite;
 
 use std::path::Path;
 
+pub use apply_run::APPLY_RUN_REQUESTS;
 pub use error::StoreError;
 pub use log_store::LogStore;
 pub use metrics::StoreMetrics;

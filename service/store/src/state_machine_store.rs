@@ -8,6 +8,7 @@ use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, OptionalSend, StorageIOError};
 use rocksdb::DB;
 
+use crate::apply_run::ApplyRun;
 use crate::error::StoreError;
 use crate::metrics::StoreMetrics;
 use crate::shared::{AppliedState, ApplyObserver, SharedState};
@@ -60,6 +61,8 @@ pub struct StateMachineStore {
     restoring: Option<tokio::task::JoinHandle<Result<(), StoreError>>>,
     /// Why the last restore failed: every later call is refused with it.
     failed: Option<Arc<StoreError>>,
+    /// What was applied since the task last let others run.
+    run: ApplyRun,
 }
 
 impl fmt::Debug for StateMachineStore {
@@ -97,6 +100,7 @@ impl StateMachineStore {
             receiving: None,
             restoring: None,
             failed: None,
+            run: ApplyRun::default(),
         })
     }
 
@@ -120,7 +124,8 @@ impl StateMachineStore {
     }
 
     fn apply_entries(
-        &self,
+        shared: &SharedState,
+        metrics: &StoreMetrics,
         entries: impl IntoIterator<Item = Entry>,
     ) -> Vec<Vec<baton_core::Outcome>> {
         let mut replies = Vec::new();
@@ -130,7 +135,7 @@ impl StateMachineStore {
         // The indexes applied (contiguous), for the commit-to-apply lag.
         let mut first_last: Option<(u64, u64)> = None;
         let revision = {
-            let mut applied = self.shared.write();
+            let mut applied = shared.write();
             for entry in entries {
                 let index = entry.log_id.index;
                 first_last = Some((first_last.map_or(index, |(first, _)| first), index));
@@ -159,17 +164,17 @@ impl StateMachineStore {
             applied.machine.revision()
         };
         if let Some((first, last)) = first_last {
-            self.metrics.applied(first..=last);
+            metrics.applied(first..=last);
         }
         // Outside the lock: readers are not held up by the observer.
-        if let Some(observer) = self.shared.observer() {
+        if let Some(observer) = shared.observer() {
             for (index, outcomes) in normal_index.iter().zip(&replies) {
                 if let Some((index, now_ms)) = index {
                     observer.applied(*index, *now_ms, outcomes);
                 }
             }
         }
-        self.shared.publish_revision(revision);
+        shared.publish_revision(revision);
         replies
     }
 
@@ -314,7 +319,24 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.settle()
             .await
             .map_err(|e| StorageIOError::write_state_machine(&e))?;
-        Ok(self.apply_entries(entries))
+        // In runs of `APPLY_RUN_REQUESTS`, with a yield between them, also
+        // across calls: a backlog comes as many calls in a row.
+        let mut entries = entries.into_iter().peekable();
+        let mut replies = Vec::new();
+        while entries.peek().is_some() {
+            if self.run.spent() {
+                tokio::task::yield_now().await;
+                self.run.yielded();
+            }
+            let applied =
+                Self::apply_entries(&self.shared, &self.metrics, self.run.take(&mut entries));
+            if replies.is_empty() {
+                replies = applied;
+            } else {
+                replies.extend(applied);
+            }
+        }
+        Ok(replies)
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
