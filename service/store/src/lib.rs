@@ -63,7 +63,7 @@ mod wal_prewrite;
 
 use std::path::Path;
 
-pub use apply_run::APPLY_RUN_REQUESTS;
+pub use apply_run::{APPLY_RUN_REQUESTS, APPLY_RUN_TIME};
 pub use error::StoreError;
 pub use log_store::LogStore;
 pub use metrics::StoreMetrics;

@@ -319,8 +319,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.settle()
             .await
             .map_err(|e| StorageIOError::write_state_machine(&e))?;
-        // In runs of `APPLY_RUN_REQUESTS`, with a yield between them, also
-        // across calls: a backlog comes as many calls in a row.
+        // In runs of a millisecond (`ApplyRun`), with a yield between them,
+        // also across calls: a backlog comes as many calls in a row.
         let mut entries = entries.into_iter().peekable();
         let mut replies = Vec::new();
         while entries.peek().is_some() {
@@ -328,8 +328,13 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 tokio::task::yield_now().await;
                 self.run.yielded();
             }
-            let applied =
-                Self::apply_entries(&self.shared, &self.metrics, self.run.take(&mut entries));
+            let started = std::time::Instant::now();
+            let applied = Self::apply_entries(
+                &self.shared,
+                &self.metrics,
+                self.run.take(&mut entries, started),
+            );
+            self.run.ran(started.elapsed());
             if replies.is_empty() {
                 replies = applied;
             } else {
