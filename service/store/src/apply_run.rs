@@ -8,7 +8,8 @@ use openraft::EntryPayload;
 
 use crate::type_config::Entry;
 
-/// Requests applied between two yields of the state machine's task at most.
+/// Requests after which a run of the state machine's task ends: the entry
+/// that reaches this many ends it (a batch is never split).
 ///
 /// openraft applies entries on its state-machine task, on the runtime that
 /// also runs the Raft core, the peer listener and the client API (one thread
@@ -20,8 +21,9 @@ use crate::type_config::Entry;
 /// went that long without an accepted leader RPC (issue 19 allows 125 ms).
 pub const APPLY_RUN_REQUESTS: usize = 256;
 
-/// Time spent applying between two yields at most (apply's own time, not the
-/// time the task waited for entries).
+/// Time after which a run ends: the entry applied when the run's time
+/// reaches it ends it. The time counted is apply's own, not the time the task
+/// waited for entries.
 ///
 /// The request count alone was not enough: in that backlog a request took
 /// about 25 µs instead of baton-core's half a microsecond (lookups among a
@@ -32,7 +34,13 @@ pub const APPLY_RUN_REQUESTS: usize = 256;
 /// short.
 pub const APPLY_RUN_TIME: Duration = Duration::from_millis(1);
 
-/// What the state machine's task applied since it last yielded.
+/// What the state machine's task applied since `apply` last yielded.
+///
+/// A run is not reset while the task waits for the next entries: the first
+/// apply after a pause may yield once before it starts if the run before the
+/// pause was spent (a few microseconds when nothing else is ready). Resetting
+/// on a pause would need a clock of its own to tell a pause from the task
+/// being kept from the thread.
 #[derive(Debug)]
 pub(crate) struct ApplyRun {
     requests: usize,
@@ -81,9 +89,11 @@ impl ApplyRun {
     {
         let mut first = true;
         std::iter::from_fn(move || {
-            let over = self.requests >= APPLY_RUN_REQUESTS
-                || self.busy + started.elapsed() >= self.time_limit;
-            if over && !first {
+            // The first entry is taken without reading the clock.
+            if !first
+                && (self.requests >= APPLY_RUN_REQUESTS
+                    || self.busy + started.elapsed() >= self.time_limit)
+            {
                 return None;
             }
             first = false;
@@ -109,6 +119,7 @@ fn weight(entry: &Entry) -> usize {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use baton_core::{Batch, Command, LeaseId, Limits, Request};
     use openraft::{CommittedLeaderId, LogId};
@@ -179,16 +190,18 @@ mod tests {
 
     #[test]
     fn a_run_ends_when_its_time_is_spent_across_calls() {
-        let mut run = ApplyRun::with_time_limit(Duration::from_millis(5));
+        let limit = Duration::from_millis(500);
+        let mut run = ApplyRun::with_time_limit(limit);
         let mut entries = (1..=3).map(|i| entry(i, 1)).peekable();
-        // A call that began 5 ms ago has spent the run after its first entry.
-        let long_ago = Instant::now() - Duration::from_millis(5);
+        // A call that began a run's time ago has spent it after its first entry.
+        let long_ago = Instant::now() - limit;
         assert_eq!(indexes(run.take(&mut entries, long_ago)), [1]);
-        run.ran(Duration::from_millis(3));
-        assert!(!run.spent(), "3 ms of 5");
-        run.ran(Duration::from_millis(2));
+        run.ran(Duration::from_millis(300));
+        assert!(!run.spent(), "300 ms of 500");
+        run.ran(Duration::from_millis(200));
         assert!(run.spent());
         run.yielded();
+        // Unless this thread stops for half a second, both fit in a new run.
         assert_eq!(indexes(run.take(&mut entries, Instant::now())), [2, 3]);
     }
 
@@ -222,5 +235,127 @@ mod tests {
             run.take(&mut entries, Instant::now()).count(),
             APPLY_RUN_REQUESTS
         );
+    }
+
+    /// The store's applies with a ticker task beside them on one thread
+    /// (issue 19: a follower applying its backlog after an install held the
+    /// runtime's one thread for a second, and the leader's appends timed out).
+    mod in_the_store {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::{Arc, Mutex};
+
+        use baton_core::{Outcome, StateMachine};
+        use openraft::storage::RaftStateMachine;
+
+        use super::*;
+        use crate::shared::ApplyObserver;
+        use crate::StateMachineStore;
+
+        /// Records, for each applied entry, how often the ticker had run.
+        struct TickObserver {
+            ticks: Arc<AtomicU64>,
+            seen: Mutex<Vec<u64>>,
+        }
+
+        impl ApplyObserver for TickObserver {
+            fn applied(&self, _log_index: u64, _now_ms: u64, _outcomes: &[Outcome]) {
+                let ticks = self.ticks.load(Ordering::SeqCst);
+                self.seen.lock().unwrap().push(ticks);
+            }
+
+            fn snapshot_installed(&self, _revision: u64, _machine: &StateMachine) {}
+        }
+
+        /// A store cut into runs as `run` says, its observer, and a ticker
+        /// task that counts each time it runs (abort it at the end).
+        async fn store_with_ticker(
+            dir: &tempfile::TempDir,
+            run: ApplyRun,
+        ) -> (
+            StateMachineStore,
+            Arc<TickObserver>,
+            tokio::task::JoinHandle<()>,
+        ) {
+            let (_log, mut store) = crate::open(dir.path()).unwrap();
+            store.set_apply_run(run);
+            let ticks = Arc::new(AtomicU64::new(0));
+            let observer = Arc::new(TickObserver {
+                ticks: Arc::clone(&ticks),
+                seen: Mutex::new(Vec::new()),
+            });
+            store.set_observer(Arc::clone(&observer) as Arc<dyn ApplyObserver>);
+            let ticker = tokio::spawn(async move {
+                loop {
+                    ticks.fetch_add(1, Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                }
+            });
+            tokio::task::yield_now().await;
+            (store, observer, ticker)
+        }
+
+        fn seen(observer: &TickObserver) -> Vec<u64> {
+            observer.seen.lock().unwrap().clone()
+        }
+
+        #[tokio::test(flavor = "current_thread")]
+        async fn other_tasks_run_between_runs_within_and_across_applies() {
+            let dir = tempfile::TempDir::new().unwrap();
+            let (mut store, observer, ticker) = store_with_ticker(&dir, counted()).await;
+            let per_entry = APPLY_RUN_REQUESTS / 4;
+            // One apply of three runs, then applies of one entry each (a
+            // backlog of small commands: the run goes on across them).
+            let replies = store
+                .apply((1..=12).map(|i| entry(i, per_entry)).collect::<Vec<_>>())
+                .await
+                .unwrap();
+            assert_eq!(replies.len(), 12);
+            assert!(replies.iter().all(|reply| reply.len() == per_entry));
+            for index in 13..=20 {
+                store.apply([entry(index, per_entry)]).await.unwrap();
+            }
+            let seen = seen(&observer);
+            assert_eq!(seen.len(), 20);
+            // The ticker ran before entries 5, 9, 13 and 17, and only then.
+            for (i, pair) in seen.windows(2).enumerate() {
+                let next_entry = i + 2;
+                assert_eq!(
+                    pair[1] > pair[0],
+                    next_entry % 4 == 1,
+                    "before entry {next_entry}: {seen:?}"
+                );
+            }
+            ticker.abort();
+        }
+
+        #[tokio::test(flavor = "current_thread")]
+        async fn the_time_of_one_apply_counts_toward_the_next() {
+            let dir = tempfile::TempDir::new().unwrap();
+            // Any time spent applying spends the run; one request never does.
+            let run = ApplyRun::with_time_limit(Duration::from_nanos(1));
+            let (mut store, observer, ticker) = store_with_ticker(&dir, run).await;
+            for index in 1..=5 {
+                store.apply([entry(index, 1)]).await.unwrap();
+            }
+            let seen = seen(&observer);
+            assert!(seen.windows(2).all(|pair| pair[1] > pair[0]), "{seen:?}");
+            ticker.abort();
+        }
+
+        #[tokio::test(flavor = "current_thread")]
+        async fn replies_keep_the_order_of_entries_split_into_runs() {
+            let dir = tempfile::TempDir::new().unwrap();
+            let (mut store, _observer, ticker) = store_with_ticker(&dir, counted()).await;
+            let sizes = [200, 100, 50, 300, 1, 255];
+            let entries: Vec<Entry> = sizes
+                .iter()
+                .zip(1..)
+                .map(|(size, index)| entry(index, *size))
+                .collect();
+            let replies = store.apply(entries).await.unwrap();
+            let lens: Vec<usize> = replies.iter().map(Vec::len).collect();
+            assert_eq!(lens, sizes);
+            ticker.abort();
+        }
     }
 }

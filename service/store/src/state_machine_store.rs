@@ -123,6 +123,12 @@ impl StateMachineStore {
         self.shared.set_observer(observer);
     }
 
+    /// Replaces how this store's applies are cut into runs (tests).
+    #[cfg(test)]
+    pub(crate) fn set_apply_run(&mut self, run: ApplyRun) {
+        self.run = run;
+    }
+
     fn apply_entries(
         shared: &SharedState,
         metrics: &StoreMetrics,
@@ -321,7 +327,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             .map_err(|e| StorageIOError::write_state_machine(&e))?;
         // In runs of a millisecond (`ApplyRun`), with a yield between them,
         // also across calls: a backlog comes as many calls in a row.
-        let mut entries = entries.into_iter().peekable();
+        let mut entries = entries.into_iter().fuse().peekable();
         let mut replies = Vec::new();
         while entries.peek().is_some() {
             if self.run.spent() {

@@ -2,7 +2,6 @@
 //! openraft's storage suite and recovery after a restart.
 #![allow(clippy::unwrap_used)]
 
-mod apply_run;
 mod common;
 mod deferred_restore;
 mod log_tail;
