@@ -67,7 +67,12 @@ impl ApplyRun {
 
     /// Whether the task should yield before it applies more.
     pub(crate) fn spent(&self) -> bool {
-        self.requests >= APPLY_RUN_REQUESTS || self.busy >= self.time_limit
+        self.spent_with(Duration::ZERO)
+    }
+
+    /// Whether the run is spent once `running` more time is counted.
+    fn spent_with(&self, running: Duration) -> bool {
+        self.requests >= APPLY_RUN_REQUESTS || self.busy + running >= self.time_limit
     }
 
     /// The task yielded: a new run starts.
@@ -90,10 +95,7 @@ impl ApplyRun {
         let mut first = true;
         std::iter::from_fn(move || {
             // The first entry is taken without reading the clock.
-            if !first
-                && (self.requests >= APPLY_RUN_REQUESTS
-                    || self.busy + started.elapsed() >= self.time_limit)
-            {
+            if !first && self.spent_with(started.elapsed()) {
                 return None;
             }
             first = false;
