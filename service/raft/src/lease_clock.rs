@@ -10,6 +10,14 @@
 //! Deadlines are kept in order (`due`), so a tick costs what expires, not what
 //! lives: it used to scan every lease every 50 ms under the mutex keepalives and
 //! apply take too (issue 19), which at a million leases is most of a core.
+//!
+//! Only a leader keeps the deadlines up to date. A follower's are never read
+//! (every use goes through the leader), and a node that becomes leader
+//! rebuilds them from the applied state ([`LeaseClock::reset_all`]). So a
+//! follower skips the bookkeeping: per applied lease event, and above all
+//! after an installed snapshot, where catching up with 100,000 leases under
+//! the state's write lock stalled the node's only runtime thread for 190 ms
+//! (issue 19, session 64).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -57,6 +65,10 @@ struct Deadlines {
     /// The term in which these deadlines were (re)started; every expiry decided
     /// from them carries it, and the log applies it only in that term.
     term: u64,
+    /// This node leads `term`: the deadlines follow applied events. False
+    /// until the first [`LeaseClock::reset_all`] and after
+    /// [`LeaseClock::stand_down`]; the deadlines then stay as they were.
+    leading: bool,
     leases: HashMap<LeaseId, Deadline>,
     /// Every lease with a `due_at`, ordered by it (one entry per lease).
     due: BTreeSet<(Instant, LeaseId)>,
@@ -118,40 +130,60 @@ impl LeaseClock {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Tracks leases created and forgets leases ended by applied events.
+    /// Tracks leases created and forgets leases ended by applied events, while
+    /// this node leads; does nothing otherwise.
     pub fn on_events(&self, events: &[Event]) {
         let now = Instant::now();
         let mut deadlines = None;
         for event in events {
+            let lease_event = matches!(
+                event.kind,
+                EventKind::LeaseCreated { .. } | EventKind::LeaseEnded { .. }
+            );
+            if !lease_event {
+                continue;
+            }
+            let deadlines = deadlines.get_or_insert_with(|| self.lock());
+            if !deadlines.leading {
+                return;
+            }
             match &event.kind {
                 EventKind::LeaseCreated {
                     lease_id, ttl_ms, ..
                 } => {
                     let deadline = Deadline::starting(now, Duration::from_millis(*ttl_ms));
-                    deadlines
-                        .get_or_insert_with(|| self.lock())
-                        .set(*lease_id, deadline);
+                    deadlines.set(*lease_id, deadline);
                 }
-                EventKind::LeaseEnded { lease_id, .. } => {
-                    deadlines
-                        .get_or_insert_with(|| self.lock())
-                        .remove(*lease_id);
-                }
+                EventKind::LeaseEnded { lease_id, .. } => deadlines.remove(*lease_id),
                 _ => {}
             }
         }
     }
 
     /// Restarts every live lease at a full TTL from now, for leadership `term`
-    /// (on becoming leader, or leader again in a later term).
+    /// (on becoming leader, or leader again in a later term), and follows
+    /// applied events from then on.
+    ///
+    /// Read `state` under the state's read lock held across this call: an
+    /// event applied after that read is then seen by [`Self::on_events`] only
+    /// once this returned, so it is not skipped as a follower's.
     pub fn reset_all(&self, state: &StateMachine, term: u64) {
         let now = Instant::now();
         let mut deadlines = self.lock();
         *deadlines = Deadlines {
             term,
+            leading: true,
             ..Deadlines::default()
         };
         deadlines.start_untracked(state, now);
+    }
+
+    /// This node no longer leads: applied events and installed snapshots are
+    /// ignored until the next [`Self::reset_all`]. The deadlines are kept as
+    /// they are, so a keepalive that passed its leadership check just before
+    /// still finds its lease.
+    pub fn stand_down(&self) {
+        self.lock().leading = false;
     }
 
     /// Brings the deadlines in step with `state` after a snapshot replaced the
@@ -159,9 +191,16 @@ impl LeaseClock {
     /// term and under one lock: leases `state` no longer has are forgotten,
     /// leases it adds start at a full TTL, and leases already tracked keep
     /// their deadline, so an expiry already decided stays decided.
+    ///
+    /// Only on a node that leads, i.e. one elected while its install was
+    /// being restored; that costs a pass over every lease. A follower, the
+    /// usual installer, does nothing here.
     pub fn restart_from(&self, state: &StateMachine) {
         let now = Instant::now();
         let mut deadlines = self.lock();
+        if !deadlines.leading {
+            return;
+        }
         let gone: Vec<LeaseId> = deadlines
             .leases
             .keys()
@@ -264,6 +303,45 @@ mod tests {
     use super::*;
     use baton_core::{ApplyContext, Command, Limits, Request};
 
+    /// A clock of a node that leads term 0 of an empty state.
+    fn leading_clock() -> LeaseClock {
+        let clock = LeaseClock::default();
+        clock.reset_all(&StateMachine::new(), 0);
+        clock
+    }
+
+    /// A state holding leases `leases`, each with a TTL of one second.
+    fn state_with_leases(leases: &[u128]) -> StateMachine {
+        let ctx = ApplyContext {
+            now_ms: 0,
+            limits: Limits::default(),
+            term: 1,
+        };
+        let mut state = StateMachine::new();
+        for lease in leases {
+            state.apply(
+                &ctx,
+                &Request::plain(Command::CreateLease {
+                    lease_id: LeaseId(*lease),
+                    ttl_ms: 1_000,
+                    holder: String::new(),
+                }),
+            );
+        }
+        state
+    }
+
+    fn ended(lease: u128) -> Event {
+        Event {
+            revision: 2,
+            kind: EventKind::LeaseEnded {
+                lease_id: LeaseId(lease),
+                holder: String::new(),
+                reason: baton_core::EndReason::Revoked,
+            },
+        }
+    }
+
     fn created(lease: u128, ttl_ms: u64) -> Event {
         Event {
             revision: 1,
@@ -277,7 +355,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lease_expires_only_after_its_full_ttl_since_the_last_keepalive() {
-        let clock = LeaseClock::default();
+        let clock = leading_clock();
         clock.on_events(&[created(1, 1_000)]);
         tokio::time::advance(Duration::from_millis(900)).await;
         assert!(clock.take_expired(usize::MAX).leases.is_empty());
@@ -307,32 +385,13 @@ mod tests {
     /// term or an expiry it already decided.
     #[tokio::test(start_paused = true)]
     async fn an_installed_state_keeps_the_term_and_decided_expiries() {
-        let ctx = ApplyContext {
-            now_ms: 0,
-            limits: Limits::default(),
-            term: 1,
-        };
-        let state_with = |leases: &[u128]| {
-            let mut state = StateMachine::new();
-            for lease in leases {
-                state.apply(
-                    &ctx,
-                    &Request::plain(Command::CreateLease {
-                        lease_id: LeaseId(*lease),
-                        ttl_ms: 1_000,
-                        holder: String::new(),
-                    }),
-                );
-            }
-            state
-        };
         let clock = LeaseClock::default();
-        clock.reset_all(&state_with(&[1, 2]), 5);
+        clock.reset_all(&state_with_leases(&[1, 2]), 5);
         tokio::time::advance(Duration::from_millis(1_001)).await;
         let decided = clock.take_expired(usize::MAX);
         assert_eq!(decided.leases, vec![LeaseId(1), LeaseId(2)]);
 
-        clock.restart_from(&state_with(&[1, 3]));
+        clock.restart_from(&state_with_leases(&[1, 3]));
         assert_eq!(clock.term(), 5, "the term is the one this node leads");
         assert_eq!(
             clock.keep_alive(LeaseId(1)),
@@ -379,16 +438,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn ended_leases_are_forgotten() {
-        let clock = LeaseClock::default();
+        let clock = leading_clock();
         clock.on_events(&[created(1, 1_000)]);
-        clock.on_events(&[Event {
-            revision: 2,
-            kind: EventKind::LeaseEnded {
-                lease_id: LeaseId(1),
-                holder: String::new(),
-                reason: baton_core::EndReason::Revoked,
-            },
-        }]);
+        clock.on_events(&[ended(1)]);
         assert!(clock.is_empty());
         assert_eq!(clock.keep_alive(LeaseId(1)), None);
     }
@@ -398,7 +450,7 @@ mod tests {
     /// "rescue" the deadline and answer 200, then the expiry committed.
     #[tokio::test(start_paused = true)]
     async fn a_keepalive_after_the_expiry_was_proposed_is_refused() {
-        let clock = LeaseClock::default();
+        let clock = leading_clock();
         clock.on_events(&[created(1, 1_000)]);
         tokio::time::advance(Duration::from_millis(1_001)).await;
         assert_eq!(clock.take_expired(usize::MAX).leases, vec![LeaseId(1)]);
@@ -477,7 +529,7 @@ mod tests {
     /// it, and leaves the rest due for the next tick.
     #[tokio::test(start_paused = true)]
     async fn a_tick_takes_at_most_max_leases_the_most_overdue_first() {
-        let clock = LeaseClock::default();
+        let clock = leading_clock();
         let events: Vec<Event> = (1..=5)
             .map(|id| created(id, 1_000 + 10 * (6 - id) as u64))
             .collect();
@@ -496,7 +548,7 @@ mod tests {
     /// deadline no longer counts.
     #[tokio::test(start_paused = true)]
     async fn a_kept_alive_lease_is_due_at_its_new_deadline_only() {
-        let clock = LeaseClock::default();
+        let clock = leading_clock();
         clock.on_events(&[created(1, 1_000), created(2, 1_500)]);
         tokio::time::advance(Duration::from_millis(900)).await;
         assert!(clock.keep_alive(LeaseId(1)).is_some());
@@ -508,15 +560,50 @@ mod tests {
         assert_eq!(clock.take_expired(10).leases, vec![LeaseId(1)]);
         // An ended lease leaves the order too.
         clock.on_events(&[created(3, 1_000)]);
-        clock.on_events(&[Event {
-            revision: 9,
-            kind: EventKind::LeaseEnded {
-                lease_id: LeaseId(3),
-                holder: String::new(),
-                reason: baton_core::EndReason::Revoked,
-            },
-        }]);
+        clock.on_events(&[ended(3)]);
         tokio::time::advance(Duration::from_millis(2_000)).await;
         assert!(clock.take_expired(10).leases.is_empty());
+    }
+
+    /// Issue 19, session 64: a follower's clock is never read, so it skips the
+    /// bookkeeping; above all an installed snapshot's 100,000 leases, which
+    /// it used to insert under the state's write lock.
+    #[tokio::test(start_paused = true)]
+    async fn a_clock_that_does_not_lead_ignores_events_and_installed_states() {
+        let clock = LeaseClock::default();
+        clock.on_events(&[created(1, 1_000)]);
+        clock.restart_from(&state_with_leases(&[2, 3]));
+        assert!(clock.is_empty(), "a follower tracks nothing");
+
+        clock.reset_all(&state_with_leases(&[2, 3]), 4);
+        assert_eq!(clock.len(), 2, "a new leader starts from the state");
+        clock.on_events(&[created(4, 1_000), ended(2)]);
+        assert_eq!(clock.remaining(LeaseId(4)), Some(Duration::from_secs(1)));
+        assert_eq!(clock.remaining(LeaseId(2)), None);
+    }
+
+    /// After stepping down, events are ignored and the deadlines stay as they
+    /// were (a keepalive that passed its leadership check still finds its
+    /// lease); leading again starts over from the state.
+    #[tokio::test(start_paused = true)]
+    async fn a_clock_that_stood_down_keeps_its_deadlines_until_it_leads_again() {
+        let clock = leading_clock();
+        clock.on_events(&[created(1, 1_000), created(2, 1_000)]);
+        clock.stand_down();
+        clock.on_events(&[created(3, 1_000), ended(1)]);
+        clock.restart_from(&state_with_leases(&[5]));
+        assert_eq!(clock.len(), 2);
+        assert_eq!(
+            clock.keep_alive(LeaseId(1)),
+            Some(Duration::from_secs(1)),
+            "kept as it was"
+        );
+        assert_eq!(clock.remaining(LeaseId(3)), None, "not followed");
+
+        clock.reset_all(&state_with_leases(&[5]), 7);
+        assert_eq!(clock.len(), 1);
+        assert_eq!(clock.term(), 7);
+        clock.on_events(&[ended(5)]);
+        assert!(clock.is_empty(), "followed again");
     }
 }

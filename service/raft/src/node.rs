@@ -559,6 +559,7 @@ async fn watch_leadership(node: Arc<Node>) {
             );
         } else if !leading_now && was {
             node.leading.store(false, Ordering::Release);
+            node.clock.stand_down();
             tracing::info!(node = node.config.node_id, "no longer leader");
         }
         tokio::select! {
@@ -566,6 +567,7 @@ async fn watch_leadership(node: Arc<Node>) {
                 // Raft stopped (shutdown or a fatal error): this node leads no more.
                 // The server metrics never report `Shutdown`; the channel just closes.
                 node.leading.store(false, Ordering::Release);
+                node.clock.stand_down();
                 return;
             },
             _ = stop.changed() => return,

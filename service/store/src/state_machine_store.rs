@@ -239,6 +239,7 @@ impl StateMachineStore {
         let decoded = started.elapsed();
         let revision = applied.machine.revision();
         let observer = shared.observer();
+        let locked = std::time::Instant::now();
         let mut state = shared.write();
         let replaced = std::mem::replace(&mut *state, applied);
         // Announced before the lock is released: a reader that sees the new
@@ -249,6 +250,8 @@ impl StateMachineStore {
             observer.snapshot_installed(revision, &state.machine);
         }
         drop(state);
+        // How long readers, the node's runtime thread among them, could wait.
+        let locked = locked.elapsed();
         // The old state is dropped after the lock is released: freeing a
         // million locks is itself many milliseconds that readers need not wait.
         drop(replaced);
@@ -257,6 +260,7 @@ impl StateMachineStore {
             snapshot = %meta,
             bytes,
             decode_ms = decoded.as_millis() as u64,
+            locked_ms = locked.as_millis() as u64,
             total_ms = started.elapsed().as_millis() as u64,
             "restored the installed snapshot"
         );
