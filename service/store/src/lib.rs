@@ -53,6 +53,7 @@ mod log_tail;
 mod log_writer;
 mod metrics;
 mod paced_sync;
+mod receiving_sync;
 mod shared;
 mod snapshot;
 mod snapshot_builder;

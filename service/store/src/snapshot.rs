@@ -349,6 +349,11 @@ impl SnapshotStore {
         (seq, id)
     }
 
+    /// Whether snapshot files are synced (synced durability).
+    pub(crate) fn syncs(&self) -> bool {
+        self.durability.syncs()
+    }
+
     /// A new, empty file for a snapshot being received from the leader.
     pub(crate) fn receiving_file(&self) -> Result<(PathBuf, File), StoreError> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;

@@ -11,6 +11,7 @@ use rocksdb::DB;
 use crate::apply_run::ApplyRun;
 use crate::error::StoreError;
 use crate::metrics::StoreMetrics;
+use crate::receiving_sync::{ReceivingSync, RECEIVING_SYNC_EVERY, RECEIVING_SYNC_STEP_BYTES};
 use crate::shared::{AppliedState, ApplyObserver, SharedState};
 use crate::snapshot::{SnapshotEnvelope, SnapshotStore};
 use crate::snapshot_builder::SnapshotBuilder;
@@ -57,6 +58,8 @@ pub struct StateMachineStore {
     /// The file [`RaftStateMachine::begin_receiving_snapshot`] made last,
     /// removed once the snapshot it received was installed.
     receiving: Option<PathBuf>,
+    /// Syncs that file while its chunks arrive, with synced durability.
+    receiving_sync: Option<ReceivingSync>,
     /// The restore of the snapshot installed last, while it runs.
     restoring: Option<tokio::task::JoinHandle<Result<(), StoreError>>>,
     /// Why the last restore failed: every later call is refused with it.
@@ -98,6 +101,7 @@ impl StateMachineStore {
             snapshots: Arc::new(snapshots),
             metrics,
             receiving: None,
+            receiving_sync: None,
             restoring: None,
             failed: None,
             run: ApplyRun::default(),
@@ -127,6 +131,13 @@ impl StateMachineStore {
     #[cfg(test)]
     pub(crate) fn set_apply_run(&mut self, run: ApplyRun) {
         self.run = run;
+    }
+
+    /// Syncs done so far of the snapshot file being received, if it is
+    /// being synced (tests).
+    #[cfg(test)]
+    pub(crate) fn receiving_syncs(&self) -> Option<u64> {
+        self.receiving_sync.as_ref().map(ReceivingSync::syncs)
     }
 
     fn apply_entries(
@@ -292,6 +303,7 @@ impl StateMachineStore {
     /// Removes the last receiving file (best effort: a leftover is removed
     /// at the next start).
     fn forget_receiving(&mut self) {
+        self.receiving_sync = None;
         if let Some(path) = self.receiving.take() {
             let _ = std::fs::remove_file(path);
         }
@@ -367,6 +379,16 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             .receiving_file()
             .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
         self.forget_receiving();
+        // Without a second handle the file is synced whole at the end, as
+        // it always was.
+        let handle = if self.snapshots.syncs() {
+            file.try_clone().ok()
+        } else {
+            None
+        };
+        self.receiving_sync = handle.map(|handle| {
+            ReceivingSync::start(handle, RECEIVING_SYNC_EVERY, RECEIVING_SYNC_STEP_BYTES)
+        });
         self.receiving = Some(path);
         Ok(Box::new(tokio::fs::File::from_std(file)))
     }
@@ -386,6 +408,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             .await
             .map_err(|e| StorageIOError::write_state_machine(&e))?;
         tracing::info!(snapshot = %meta, "installing snapshot");
+        // Every chunk is in: what is left unsynced is synced below, at once.
+        self.receiving_sync = None;
         let started = std::time::Instant::now();
         let io_error =
             |e: std::io::Error| StorageIOError::read_snapshot(Some(signature.clone()), &e);
