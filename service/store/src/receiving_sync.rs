@@ -8,9 +8,6 @@ use std::time::Duration;
 /// How often the file being received is looked at.
 pub(crate) const RECEIVING_SYNC_EVERY: Duration = Duration::from_millis(50);
 
-/// How much the file must have grown since its last sync to be synced again.
-pub(crate) const RECEIVING_SYNC_STEP_BYTES: u64 = 1 << 20;
-
 /// Syncs the data of a snapshot file being received, in the background, each
 /// time it has grown by `step` bytes or more since the last sync; stops when
 /// dropped.
@@ -133,7 +130,7 @@ mod tests {
         assert_eq!(store.receiving_syncs(), None);
         let mut receiving = store.begin_receiving_snapshot().await.unwrap();
         receiving
-            .write_all(&vec![7; 3 * RECEIVING_SYNC_STEP_BYTES as usize])
+            .write_all(&vec![7; 3 * crate::snapshot::SYNC_STEP_BYTES as usize])
             .await
             .unwrap();
         receiving.flush().await.unwrap();

@@ -19,9 +19,10 @@ use crate::paced_sync::PacedSync;
 use crate::shared::AppliedState;
 use crate::type_config::{LogId, SnapshotMeta, StoredMembership};
 
-/// How much of a snapshot file is written between syncs of its data (see
-/// [`PacedSync`]): about a millisecond of this disk's write bandwidth.
-const SYNC_STEP_BYTES: u64 = 1 << 20;
+/// How much of a snapshot file is written between syncs of its data, built
+/// ([`PacedSync`]) or received (`ReceivingSync`): about a millisecond of this
+/// disk's write bandwidth.
+pub(crate) const SYNC_STEP_BYTES: u64 = 1 << 20;
 
 /// What separates a snapshot id from the CRC-32 of its bytes
 /// ([`SnapshotEnvelope::id_with_checksum`]).

@@ -11,9 +11,9 @@ use rocksdb::DB;
 use crate::apply_run::ApplyRun;
 use crate::error::StoreError;
 use crate::metrics::StoreMetrics;
-use crate::receiving_sync::{ReceivingSync, RECEIVING_SYNC_EVERY, RECEIVING_SYNC_STEP_BYTES};
+use crate::receiving_sync::{ReceivingSync, RECEIVING_SYNC_EVERY};
 use crate::shared::{AppliedState, ApplyObserver, SharedState};
-use crate::snapshot::{SnapshotEnvelope, SnapshotStore};
+use crate::snapshot::{SnapshotEnvelope, SnapshotStore, SYNC_STEP_BYTES};
 use crate::snapshot_builder::SnapshotBuilder;
 use crate::stage_times;
 use crate::type_config::{
@@ -386,9 +386,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         } else {
             None
         };
-        self.receiving_sync = handle.map(|handle| {
-            ReceivingSync::start(handle, RECEIVING_SYNC_EVERY, RECEIVING_SYNC_STEP_BYTES)
-        });
+        self.receiving_sync = handle
+            .map(|handle| ReceivingSync::start(handle, RECEIVING_SYNC_EVERY, SYNC_STEP_BYTES));
         self.receiving = Some(path);
         Ok(Box::new(tokio::fs::File::from_std(file)))
     }
