@@ -5,13 +5,15 @@
 #
 # On a virtual machine whose guest kernel idles with the `haltpoll` cpuidle driver,
 # /sys/module/haltpoll/parameters/guest_halt_poll_ns says how long an idle vCPU polls
-# before it halts (0: never; the kernel's default is 200000). Each round sets it to 0,
-# then to POLL_NS (default 200000), and under each: times 1,000 synced 4 KiB appends
-# (`baton-loadtest machine`), then runs one client's lock cycles for SECONDS (default 8)
-# against a fresh single node of BIN_DIR/baton with its defaults, the same node with
-# the API on HTTP workers (BATON_HTTP_WORKERS=2), and a fresh single etcd (from PATH).
-# The setting found at the start is put back at the end. Needs root; the machine
-# should be otherwise idle (busy vCPUs never halt, so the setting would not matter).
+# before it halts (0: never; the kernel's default is 200000), while `haltpoll` is the
+# cpuidle governor. Each round sets it to 0 and to POLL_NS (default 200000), in turn
+# (odd rounds 0 first, even rounds POLL_NS first), and under each: times 1,000 synced
+# 4 KiB appends (`baton-loadtest machine`), then runs one client's lock cycles for
+# SECONDS (default 8) against a fresh single node of BIN_DIR/baton with its defaults,
+# one with the API on HTTP workers (`--http-workers 2`), and a fresh single etcd (from
+# PATH). The setting found at the start is put back at the end, also on failure (not
+# on SIGKILL); a failure prints the logs' tails. Needs root; the machine should be
+# otherwise idle (busy vCPUs never halt, so the setting would not matter).
 # BENCHMARKS.md, "The lone client and the guest's halt polling (session 66)".
 set -euo pipefail
 
@@ -30,8 +32,8 @@ baton=$bin_dir/baton loadtest=$bin_dir/baton-loadtest
 knob=/sys/module/haltpoll/parameters/guest_halt_poll_ns
 [[ -w $knob ]] || { echo "$knob is missing or not writable (the haltpoll driver, root)" >&2; exit 2; }
 command -v etcd >/dev/null || { echo "no etcd on PATH" >&2; exit 2; }
-for port in 17978 17979; do
-  if curl -s -o /dev/null "http://127.0.0.1:$port/"; then
+for port in 17978 17979 17980; do
+  if (: <"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     echo "something already listens on 127.0.0.1:$port; stop it first" >&2
     exit 1
   fi
@@ -40,10 +42,21 @@ done
 original=$(cat "$knob")
 server="" dir=""
 cleanup() {
-  [[ -n $server ]] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
-  echo "$original" >"$knob"
-  [[ -n $dir ]] && rm -rf "$dir"
-  true
+  local status=$?
+  echo "$original" >"$knob" || true
+  if [[ -n $server ]]; then
+    kill "$server" 2>/dev/null || true
+    wait "$server" 2>/dev/null || true
+  fi
+  if [[ -n $dir ]]; then
+    if ((status != 0)); then
+      for log in "$dir"/*.log; do
+        [[ -f $log ]] && { echo "--- $log" >&2; tail -20 "$log" >&2; }
+      done
+    fi
+    rm -rf "$dir"
+  fi
+  return "$status"
 }
 trap cleanup EXIT
 
@@ -78,7 +91,9 @@ PY
 }
 
 for round in $(seq "$rounds"); do
-  for ns in 0 "$poll_ns"; do
+  order=(0 "$poll_ns")
+  ((round % 2 == 0)) && order=("$poll_ns" 0)
+  for ns in "${order[@]}"; do
     echo "$ns" >"$knob"
     echo "round $round, guest_halt_poll_ns = $ns"
     dir=$(mktemp -d -p /var/tmp)
@@ -87,11 +102,11 @@ import json, sys
 fsync = json.load(sys.stdin)["fsync"]
 print("  synced 4 KiB append p50 %d µs, mean %.0f µs" % (fsync["p50_us"], fsync["mean_us"]))'
     for mode in default workers; do
-      if [[ $mode == workers ]]; then export BATON_HTTP_WORKERS=2; else unset BATON_HTTP_WORKERS; fi
+      extra=()
+      [[ $mode == workers ]] && extra=(--http-workers 2)
       "$baton" serve --listen 127.0.0.1:17978 --raft-listen 127.0.0.1:0 --data-dir "$dir/$mode" \
-        >"$dir/$mode.log" 2>&1 &
+        "${extra[@]}" >"$dir/$mode.log" 2>&1 &
       server=$!
-      unset BATON_HTTP_WORKERS
       wait_ready http://127.0.0.1:17978/readyz
       measure "baton-$mode" 17978
     done

@@ -9,6 +9,8 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::cpu_idle::CpuIdle;
+
 /// The machine description written into BENCHMARKS.md.
 #[derive(Debug, Clone, Serialize)]
 pub struct Machine {
@@ -20,11 +22,9 @@ pub struct Machine {
     pub kernel: String,
     /// Total memory from /proc/meminfo.
     pub memory: String,
-    /// How an idle CPU waits (`cpu_idle`): on a virtual machine whose guest does not
-    /// poll before it halts, every wake-up of an idle vCPU goes through the host,
-    /// which a lone client pays several times per request (BENCHMARKS.md, "The lone
-    /// client and the guest's halt polling").
-    pub cpu_idle: String,
+    /// How idle CPUs wait (a guest that never polls before halting makes every
+    /// wake-up of a lone request's waits go through the host).
+    pub cpu_idle: CpuIdle,
     /// `df -T` of the data directory: device and filesystem type.
     pub filesystem: String,
     /// Synced 4 KiB write latency in the data directory.
@@ -100,45 +100,10 @@ pub fn describe(dir: &Path, samples: u64) -> Machine {
         cpu_model,
         kernel: sh("uname", &["-sr"]),
         memory,
-        cpu_idle: cpu_idle(Path::new("/sys")),
+        cpu_idle: CpuIdle::read(Path::new("/sys")),
         filesystem,
         fsync: fsync_latency(dir, samples).unwrap_or_default(),
         loadavg: loadavg(),
-    }
-}
-
-/// The cpuidle driver and governor under `sysfs` (normally `/sys`), and, where the
-/// `haltpoll` driver is loaded (KVM and Firecracker guests), how long an idle vCPU
-/// polls before it halts (`guest_halt_poll_ns`, 0 = never).
-pub fn cpu_idle(sysfs: &Path) -> String {
-    let read = |path: &str| {
-        std::fs::read_to_string(sysfs.join(path))
-            .map(|text| text.trim().to_owned())
-            .ok()
-            .filter(|text| !text.is_empty())
-    };
-    let driver = read("devices/system/cpu/cpuidle/current_driver");
-    let governor = read("devices/system/cpu/cpuidle/current_governor")
-        .or_else(|| read("devices/system/cpu/cpuidle/current_governor_ro"));
-    let mut parts = Vec::new();
-    if let Some(driver) = driver {
-        parts.push(format!("cpuidle driver `{driver}`"));
-    }
-    if let Some(governor) = governor {
-        parts.push(format!("governor `{governor}`"));
-    }
-    match read("module/haltpoll/parameters/guest_halt_poll_ns").map(|ns| ns.parse::<u64>()) {
-        Some(Ok(0)) => parts.push("guest halt polling off (`guest_halt_poll_ns` = 0)".into()),
-        Some(Ok(ns)) => parts.push(format!(
-            "guest halt polling up to {} µs (`guest_halt_poll_ns` = {ns})",
-            ns / 1000
-        )),
-        Some(Err(_)) | None => {}
-    }
-    if parts.is_empty() {
-        "unknown".into()
-    } else {
-        parts.join(", ")
     }
 }
 
@@ -187,59 +152,5 @@ mod tests {
         assert!(l.max_us as f64 >= l.mean_us, "{l:?}");
         assert!(l.limit_per_s() > 0.0);
         assert!(!dir.path().join("fsync-probe").exists());
-    }
-
-    /// Writes `files` (path under the root, contents) into a fake sysfs.
-    fn sysfs(files: &[(&str, &str)]) -> tempfile::TempDir {
-        let root = tempfile::tempdir().expect("temp dir");
-        for (path, text) in files {
-            let path = root.path().join(path);
-            std::fs::create_dir_all(path.parent().expect("a parent")).expect("dirs");
-            std::fs::write(path, text).expect("write");
-        }
-        root
-    }
-
-    #[test]
-    fn a_guest_that_never_polls_before_it_halts_says_so() {
-        let root = sysfs(&[
-            ("devices/system/cpu/cpuidle/current_driver", "haltpoll\n"),
-            (
-                "devices/system/cpu/cpuidle/current_governor_ro",
-                "haltpoll\n",
-            ),
-            ("module/haltpoll/parameters/guest_halt_poll_ns", "0\n"),
-        ]);
-        assert_eq!(
-            cpu_idle(root.path()),
-            "cpuidle driver `haltpoll`, governor `haltpoll`, guest halt polling off (`guest_halt_poll_ns` = 0)"
-        );
-    }
-
-    #[test]
-    fn a_polling_guest_gives_its_window() {
-        let root = sysfs(&[
-            ("devices/system/cpu/cpuidle/current_driver", "haltpoll\n"),
-            ("devices/system/cpu/cpuidle/current_governor", "haltpoll\n"),
-            ("module/haltpoll/parameters/guest_halt_poll_ns", "200000\n"),
-        ]);
-        assert_eq!(
-            cpu_idle(root.path()),
-            "cpuidle driver `haltpoll`, governor `haltpoll`, guest halt polling up to 200 µs (`guest_halt_poll_ns` = 200000)"
-        );
-    }
-
-    #[test]
-    fn bare_metal_has_a_driver_and_no_halt_polling_and_nothing_is_unknown() {
-        let root = sysfs(&[
-            ("devices/system/cpu/cpuidle/current_driver", "intel_idle\n"),
-            ("devices/system/cpu/cpuidle/current_governor", "menu\n"),
-        ]);
-        assert_eq!(
-            cpu_idle(root.path()),
-            "cpuidle driver `intel_idle`, governor `menu`"
-        );
-        let empty = sysfs(&[]);
-        assert_eq!(cpu_idle(empty.path()), "unknown");
     }
 }

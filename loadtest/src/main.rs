@@ -24,6 +24,7 @@ mod baton;
 mod bench;
 mod chart;
 mod cluster;
+mod cpu_idle;
 mod driver;
 mod error;
 mod etcd;
