@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
+use baton_chaos::ports::free_port;
 use clap::Args;
 
 use crate::machine::{self, Machine};
@@ -70,10 +71,22 @@ pub struct BenchArgs {
     /// watch-fanout watchers (Baton only; 0 skips it).
     #[arg(long, default_value_t = 64)]
     pub watchers: usize,
-    /// lock-cycle also at these client counts (one round each; empty skips the
-    /// sweep). The 1-client row is judged against issue 19's single-client target.
+    /// lock-cycle also at these client counts (one round each, except one client:
+    /// `--lone-client-rounds`; empty skips the sweep). The 1-client row is judged
+    /// against issue 19's single-client target.
     #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
     pub sweep_clients: Vec<usize>,
+    /// Rounds of the 1-client lock-cycle (Baton's defaults, Baton with
+    /// `--latency-args`, etcd, in turn): a lone client's p50 moves by a tenth of a
+    /// millisecond from run to run, so its verdict is taken on a median.
+    #[arg(long, default_value_t = 3)]
+    pub lone_client_rounds: usize,
+    /// Baton's flags for a lone client's latency, measured with one client next to
+    /// its defaults on a second node of their own (one string, split at spaces; an
+    /// empty string skips it). `--http-workers 2` serves the client API on threads
+    /// of its own: a lower lone-client p50 for more CPU (ARCHITECTURE.md, "Threads").
+    #[arg(long, default_value = "--http-workers 2", allow_hyphen_values = true)]
+    pub latency_args: String,
     /// Where the servers keep their data (a temporary directory is made inside).
     #[arg(long)]
     pub data_root: Option<PathBuf>,
@@ -90,6 +103,14 @@ pub struct BenchArgs {
 }
 
 impl BenchArgs {
+    /// `--latency-args` as flags (none: the configuration is not measured).
+    pub fn latency_flags(&self) -> Vec<String> {
+        self.latency_args
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// How the Baton binary was built, in words.
     pub fn baton_build(&self) -> String {
         if let Some(said) = &self.baton_build {
@@ -162,8 +183,12 @@ pub struct Results {
     pub args: BenchArgs,
     /// Per scenario.
     pub runs: Vec<Runs>,
-    /// lock-cycle at other client counts (one round per target each).
+    /// lock-cycle at other client counts (one round per target each, the 1-client
+    /// row `--lone-client-rounds`).
     pub sweep: Vec<Runs>,
+    /// The 1-client lock-cycle on a Baton node started with `--latency-args` (its
+    /// reports under `baton`), when measured.
+    pub lone_latency: Option<Runs>,
     /// Whether fsyncs were counted with perf.
     pub fsyncs_counted: bool,
     /// Synced-write latency measured again after the runs.
@@ -302,24 +327,31 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     } else {
         vec![]
     };
+    let mut lone_latency = None;
     for &clients in &sweep_clients {
         let mut r = Runs::new(Scenario::LockCycle, clients);
-        for server in [&baton, &etcd] {
-            let tag = format!("c{clients}");
-            let result = run_one(
-                &ctx,
-                Scenario::LockCycle,
-                server,
-                (clients, args.duration_s),
-                &tag,
-                |_| {},
-            )
-            .await;
-            let what = format!(
-                "lock-cycle with {clients} clients on {}",
-                server.kind.name()
-            );
-            r.record(server.kind, &what, result);
+        if clients == 1 {
+            let (lone, latency) = lone_client(&ctx, &args, dir.path(), [&baton, &etcd]).await;
+            r = lone;
+            lone_latency = latency;
+        } else {
+            for server in [&baton, &etcd] {
+                let tag = format!("c{clients}");
+                let result = run_one(
+                    &ctx,
+                    Scenario::LockCycle,
+                    server,
+                    (clients, args.duration_s),
+                    &tag,
+                    |_| {},
+                )
+                .await;
+                let what = format!(
+                    "lock-cycle with {clients} clients on {}",
+                    server.kind.name()
+                );
+                r.record(server.kind, &what, result);
+            }
         }
         sweep.push(r);
     }
@@ -382,6 +414,7 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         args: args.clone(),
         runs,
         sweep,
+        lone_latency,
         fsyncs_counted,
         fsync_end,
         loadavg_end: machine::loadavg(),
@@ -404,6 +437,89 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     std::fs::write(&args.out, text).with_context(|| format!("writing {}", args.out.display()))?;
     eprintln!("bench: wrote {}", args.out.display());
     Ok(())
+}
+
+/// The 1-client lock-cycle, `--lone-client-rounds` rounds: Baton's defaults (the
+/// node `servers` starts with), Baton with `--latency-args` on a node of its own
+/// for these runs, and etcd, in turn. Returns the defaults' and etcd's runs, and
+/// the latency configuration's (its reports under `baton`) when it was measured.
+async fn lone_client(
+    ctx: &Ctx<'_>,
+    args: &BenchArgs,
+    dir: &Path,
+    [baton, etcd]: [&Server; 2],
+) -> (Runs, Option<Runs>) {
+    let flags = args.latency_flags();
+    let mut runs = Runs::new(Scenario::LockCycle, 1);
+    let mut latency_runs = Runs::new(Scenario::LockCycle, 1);
+    let latency = if flags.is_empty() {
+        None
+    } else {
+        match start_latency_node(&args.baton_bin, dir, &flags).await {
+            Ok(node) => Some(node),
+            Err(e) => {
+                eprintln!(
+                    "bench: Baton with {} did not start: {e:#}",
+                    args.latency_args
+                );
+                latency_runs.failure = Some(format!("Baton with {}: {e:#}", args.latency_args));
+                None
+            }
+        }
+    };
+    for round in 0..args.lone_client_rounds.max(1) {
+        let tag = format!("c1-r{}", round + 1);
+        let (kind, what, result) = lone_run(ctx, args, baton, &tag, "defaults").await;
+        runs.record(kind, &what, result);
+        if let Some(node) = &latency {
+            let (kind, what, result) = lone_run(ctx, args, node, &tag, "latency").await;
+            latency_runs.record(kind, &what, result);
+        }
+        let (kind, what, result) = lone_run(ctx, args, etcd, &tag, "etcd").await;
+        runs.record(kind, &what, result);
+    }
+    let measured = latency.is_some() || latency_runs.failure.is_some();
+    (runs, measured.then_some(latency_runs))
+}
+
+/// One 1-client lock-cycle run on `server` (`config` names it in the report's file
+/// and in a failure).
+async fn lone_run(
+    ctx: &Ctx<'_>,
+    args: &BenchArgs,
+    server: &Server,
+    tag: &str,
+    config: &str,
+) -> (TargetKind, String, anyhow::Result<Report>) {
+    let tag = format!("{tag}-{config}");
+    let result = run_one(
+        ctx,
+        Scenario::LockCycle,
+        server,
+        (1, args.duration_s),
+        &tag,
+        |_| {},
+    )
+    .await;
+    let what = format!(
+        "lock-cycle with 1 client on {} ({config})",
+        server.kind.name()
+    );
+    (server.kind, what, result)
+}
+
+/// A second Baton node with `flags`, ready, its data and log under `dir`.
+async fn start_latency_node(bin: &Path, dir: &Path, flags: &[String]) -> anyhow::Result<Server> {
+    let ports = (free_port()?, free_port()?);
+    let mut node = Server::baton_with(
+        bin,
+        &dir.join("baton-latency-data"),
+        &dir.join("baton-latency.log"),
+        ports,
+        flags,
+    )?;
+    node.wait_ready(Duration::from_secs(60)).await?;
+    Ok(node)
 }
 
 /// One chart with Baton and etcd (last round of each) on the same axes.
