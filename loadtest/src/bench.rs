@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use baton_chaos::ports::free_port;
 use clap::Args;
 
 use crate::machine::{self, Machine};
@@ -140,7 +139,7 @@ pub struct Runs {
     pub baton: Vec<Report>,
     /// etcd's reports, one per round (empty for Baton-only scenarios).
     pub etcd: Vec<Report>,
-    /// Why a run could not happen, if one failed.
+    /// Why runs could not happen, if any failed (each one's reason, in order).
     pub failure: Option<String>,
 }
 
@@ -163,7 +162,11 @@ impl Runs {
             Ok(report) => self.etcd.push(report),
             Err(e) => {
                 eprintln!("bench: {what} failed: {e:#}");
-                self.failure = Some(format!("{what}: {e:#}"));
+                let failure = format!("{what}: {e:#}");
+                self.failure = Some(match self.failure.take() {
+                    Some(earlier) => format!("{earlier}; {failure}"),
+                    None => failure,
+                });
             }
         }
     }
@@ -331,7 +334,7 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     for &clients in &sweep_clients {
         let mut r = Runs::new(Scenario::LockCycle, clients);
         if clients == 1 {
-            let (lone, latency) = lone_client(&ctx, &args, dir.path(), [&baton, &etcd]).await;
+            let (lone, latency) = lone_client(&ctx, &args, dir.path(), &etcd).await;
             r = lone;
             lone_latency = latency;
         } else {
@@ -439,38 +442,32 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The 1-client lock-cycle, `--lone-client-rounds` rounds: Baton's defaults (the
-/// node `servers` starts with), Baton with `--latency-args` on a node of its own
-/// for these runs, and etcd, in turn. Returns the defaults' and etcd's runs, and
-/// the latency configuration's (its reports under `baton`) when it was measured.
+/// The 1-client lock-cycle, `--lone-client-rounds` rounds: Baton's defaults and
+/// Baton with `--latency-args`, each on a fresh node of its own for these runs (the
+/// node that carried the other scenarios has their state and background work), and
+/// etcd, in turn. Returns the defaults' and etcd's runs, and the latency
+/// configuration's (its reports under `baton`) unless `--latency-args` is empty.
 async fn lone_client(
     ctx: &Ctx<'_>,
     args: &BenchArgs,
     dir: &Path,
-    [baton, etcd]: [&Server; 2],
+    etcd: &Server,
 ) -> (Runs, Option<Runs>) {
     let flags = args.latency_flags();
     let mut runs = Runs::new(Scenario::LockCycle, 1);
     let mut latency_runs = Runs::new(Scenario::LockCycle, 1);
+    let defaults = lone_node(args, dir, "defaults", &[], &mut runs).await;
     let latency = if flags.is_empty() {
         None
     } else {
-        match start_latency_node(&args.baton_bin, dir, &flags).await {
-            Ok(node) => Some(node),
-            Err(e) => {
-                eprintln!(
-                    "bench: Baton with {} did not start: {e:#}",
-                    args.latency_args
-                );
-                latency_runs.failure = Some(format!("Baton with {}: {e:#}", args.latency_args));
-                None
-            }
-        }
+        lone_node(args, dir, "latency", &flags, &mut latency_runs).await
     };
     for round in 0..args.lone_client_rounds.max(1) {
         let tag = format!("c1-r{}", round + 1);
-        let (kind, what, result) = lone_run(ctx, args, baton, &tag, "defaults").await;
-        runs.record(kind, &what, result);
+        if let Some(node) = &defaults {
+            let (kind, what, result) = lone_run(ctx, args, node, &tag, "defaults").await;
+            runs.record(kind, &what, result);
+        }
         if let Some(node) = &latency {
             let (kind, what, result) = lone_run(ctx, args, node, &tag, "latency").await;
             latency_runs.record(kind, &what, result);
@@ -478,12 +475,11 @@ async fn lone_client(
         let (kind, what, result) = lone_run(ctx, args, etcd, &tag, "etcd").await;
         runs.record(kind, &what, result);
     }
-    let measured = latency.is_some() || latency_runs.failure.is_some();
-    (runs, measured.then_some(latency_runs))
+    (runs, (!flags.is_empty()).then_some(latency_runs))
 }
 
-/// One 1-client lock-cycle run on `server` (`config` names it in the report's file
-/// and in a failure).
+/// One 1-client lock-cycle run on `server` (`tag` and `config` name it in the
+/// report's file and in a failure).
 async fn lone_run(
     ctx: &Ctx<'_>,
     args: &BenchArgs,
@@ -501,25 +497,32 @@ async fn lone_run(
         |_| {},
     )
     .await;
-    let what = format!(
-        "lock-cycle with 1 client on {} ({config})",
-        server.kind.name()
-    );
+    let what = format!("lock-cycle {tag} on {}", server.kind.name());
     (server.kind, what, result)
 }
 
-/// A second Baton node with `flags`, ready, its data and log under `dir`.
-async fn start_latency_node(bin: &Path, dir: &Path, flags: &[String]) -> anyhow::Result<Server> {
-    let ports = (free_port()?, free_port()?);
-    let mut node = Server::baton_with(
-        bin,
-        &dir.join("baton-latency-data"),
-        &dir.join("baton-latency.log"),
-        ports,
-        flags,
-    )?;
-    node.wait_ready(Duration::from_secs(60)).await?;
-    Ok(node)
+/// A fresh Baton node for the 1-client runs of `config`, started with `flags` and
+/// ready, or `None` with the reason filed in `runs`.
+async fn lone_node(
+    args: &BenchArgs,
+    dir: &Path,
+    config: &str,
+    flags: &[String],
+    runs: &mut Runs,
+) -> Option<Server> {
+    let started = async {
+        let mut node = Server::baton_in(&args.baton_bin, dir, &format!("baton-{config}"), flags)?;
+        node.wait_ready(Duration::from_secs(60)).await?;
+        anyhow::Ok(node)
+    };
+    match started.await {
+        Ok(node) => Some(node),
+        Err(e) => {
+            let what = format!("starting Baton for the 1-client runs ({config}: {flags:?})");
+            runs.record(TargetKind::Baton, &what, Err(e));
+            None
+        }
+    }
 }
 
 /// One chart with Baton and etcd (last round of each) on the same axes.
@@ -562,6 +565,38 @@ mod tests {
     fn build_of(args: &[&str]) -> String {
         let cli = Cli::try_parse_from(["bench"].iter().chain(args)).unwrap();
         cli.args.baton_build()
+    }
+
+    fn latency_flags_of(args: &[&str]) -> Vec<String> {
+        let all = ["bench", "--baton-bin", "b"].iter().chain(args);
+        Cli::try_parse_from(all).unwrap().args.latency_flags()
+    }
+
+    #[test]
+    fn latency_args_are_split_at_spaces_and_empty_skips_them() {
+        assert_eq!(latency_flags_of(&[]), ["--http-workers", "2"]);
+        assert_eq!(
+            latency_flags_of(&["--latency-args", " --http-workers  3 --idle-poll-us 0 "]),
+            ["--http-workers", "3", "--idle-poll-us", "0"]
+        );
+        assert!(latency_flags_of(&["--latency-args", ""]).is_empty());
+        assert!(latency_flags_of(&["--latency-args", "  "]).is_empty());
+    }
+
+    #[test]
+    fn a_failure_is_added_to_the_earlier_ones() {
+        let mut runs = Runs::new(Scenario::LockCycle, 1);
+        runs.record(TargetKind::Baton, "first", Err(anyhow::anyhow!("refused")));
+        runs.record(
+            TargetKind::Etcd,
+            "second",
+            Err(anyhow::anyhow!("timed out")),
+        );
+        assert_eq!(
+            runs.failure.as_deref(),
+            Some("first: refused; second: timed out")
+        );
+        assert!(runs.baton.is_empty() && runs.etcd.is_empty());
     }
 
     #[test]

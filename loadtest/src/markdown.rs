@@ -434,11 +434,7 @@ fn ratios(out: &mut String, results: &Results) {
              (CPU per request, the waiters' re-enqueues sharing the release's fsync).\n"
         );
     }
-    let failures: Vec<&String> = results
-        .runs
-        .iter()
-        .filter_map(|r| r.failure.as_ref())
-        .collect();
+    let failures = failed_runs(results);
     if !failures.is_empty() {
         let _ = writeln!(out, "Runs that failed:\n");
         for f in failures {
@@ -523,6 +519,18 @@ fn where_the_time_goes(out: &mut String, results: &Results) {
     }
 }
 
+/// Why runs failed: the shared scenarios', the sweep's and the latency
+/// configuration's.
+fn failed_runs(results: &Results) -> Vec<&String> {
+    results
+        .runs
+        .iter()
+        .chain(&results.sweep)
+        .chain(&results.lone_latency)
+        .filter_map(|r| r.failure.as_ref())
+        .collect()
+}
+
 /// lock-cycle by number of clients.
 fn client_sweep(out: &mut String, results: &Results) {
     let a = &results.args;
@@ -573,70 +581,72 @@ fn client_sweep(out: &mut String, results: &Results) {
 }
 
 /// Issue 19's single-client target, judged for Baton's defaults and for the
-/// configuration measured with `--latency-args`, with etcd beside them.
+/// configuration measured with `--latency-args`, with etcd beside them. A
+/// configuration whose runs all failed has no row (its reason is under "Runs that
+/// failed").
 fn one_client(out: &mut String, results: &Results, lone: &Runs) {
-    let Some(defaults) = summarize(&lone.baton) else {
-        return;
-    };
     // A probe that failed reads 0; the other one stands alone then.
     let probes = [results.machine.fsync.p50_us, results.fsync_end.p50_us];
-    let fsync_us = probes.into_iter().filter(|us| *us > 0).min().unwrap_or(0);
-    let floor_us = OneClient::judge(0.0, 0.0, fsync_us as f64).floor_us;
+    let fsync_us = probes.into_iter().filter(|us| *us > 0).min().unwrap_or(0) as f64;
+    let floor_us = OneClient::floor_us(fsync_us);
+    let latency_args = results.args.latency_args.trim();
+    let latency = results
+        .lone_latency
+        .as_ref()
+        .and_then(|r| summarize(&r.baton));
+    let rows = [
+        ("Baton, defaults".to_owned(), summarize(&lone.baton), true),
+        (format!("Baton, `{latency_args}`"), latency.clone(), true),
+        ("etcd".to_owned(), summarize(&lone.etcd), false),
+    ];
     let _ = writeln!(out, "### One client (issue 19)\n");
     let _ = writeln!(
         out,
-        "A lock cycle is two synced writes, so its floor is 2 x the synced-write p50 (the lower of the probes before and after the runs, {fsync_us} µs) = {} ms. Target: p50 within 0.3 ms of that ({} ms) and p99 <= 3 ms. Medians of {} rounds, the configurations in turn.\n",
+        "A lock cycle is two synced writes, so its floor is 2 x the synced-write p50 (the lower of the probes before and after the runs, {fsync_us} µs) = {} ms. Target: p50 within 0.3 ms of that ({} ms) and p99 <= 3 ms. Medians over the rounds, the servers in turn; each Baton configuration on a fresh node of its own.\n",
         ms(floor_us),
         ms(floor_us + OneClient::SLACK_US),
-        results.args.lone_client_rounds.max(1)
     );
     let _ = writeln!(
         out,
-        "| server | p50 ms | p99 ms | cycles/s | server CPU (cores) | target |"
+        "| server | rounds | p50 ms | p99 ms | cycles/s | server CPU (cores) | target |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---|");
-    let mut row = |name: &str, s: &Summary, judged: bool| {
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---|");
+    for (name, summary, judged) in rows {
+        let Some(s) = summary else { continue };
         let verdict = if judged {
-            let met = OneClient::judge(s.p50, s.p99, fsync_us as f64).met;
+            let met = OneClient::judge(s.p50, s.p99, fsync_us).met;
             format!("**{}**", if met { "met" } else { "not met" })
         } else {
             "(reference)".to_owned()
         };
         let _ = writeln!(
             out,
-            "| {name} | {} | {} | {:.0} | {} | {verdict} |",
+            "| {name} | {} | {} | {} | {:.0} | {} | {verdict} |",
+            s.rounds,
             ms(s.p50),
             ms(s.p99),
             s.throughput,
             opt(s.server_cpu, 2)
         );
-    };
-    row("Baton, defaults", &defaults, true);
-    let latency = results.lone_latency.as_ref();
-    if let Some(s) = latency.and_then(|r| summarize(&r.baton)) {
-        row(
-            &format!("Baton, `{}`", results.args.latency_args.trim()),
-            &s,
-            true,
-        );
-    }
-    if let Some(s) = summarize(&lone.etcd) {
-        row("etcd", &s, false);
     }
     let _ = writeln!(out);
-    if let Some(failure) = latency.and_then(|r| r.failure.as_ref()) {
-        let _ = writeln!(out, "The latency configuration's runs failed: {failure}\n");
-    }
-    let workers = latency.map(|_| {
+    // Said only of what was measured, and only of the flag it is about.
+    let workers = latency.is_some()
+        && results
+            .args
+            .latency_flags()
+            .iter()
+            .any(|f| f.starts_with("--http-workers"));
+    let threads = if workers {
         format!(
-            "Baton's defaults serve the client API on the runtime's one thread (the fewest CPU cycles per request, the most lock cycles with many clients); `{}` gives it threads of its own, which spin between a lone request's steps: a lower lone-client p50 for more CPU (ARCHITECTURE.md, \"Threads\"). ",
-            results.args.latency_args.trim()
+            "Baton's defaults serve the client API on the runtime's one thread (the fewest CPU cycles per request, the most lock cycles with many clients); `{latency_args}` gives it threads of its own, which spin between a lone request's steps: a lower lone-client p50 for more CPU (ARCHITECTURE.md, \"Threads\"). "
         )
-    });
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "{}Idle CPUs: {}.{}\n",
-        workers.unwrap_or_default(),
+        "{threads}Idle CPUs: {}.{}\n",
         results.machine.cpu_idle,
         if results.machine.cpu_idle.never_polls() {
             " This virtual machine halts an idle vCPU without polling first, so each of a lone request's waits ends with a wake-up through the host (Baton's BENCHMARKS.md, \"The lone client and the guest's halt polling\")."
@@ -662,8 +672,13 @@ impl OneClient {
     /// The highest p99 allowed.
     const P99_US: f64 = 3_000.0;
 
+    /// Two synced writes of `fsync_p50_us` each.
+    fn floor_us(fsync_p50_us: f64) -> f64 {
+        2.0 * fsync_p50_us
+    }
+
     fn judge(p50_us: f64, p99_us: f64, fsync_p50_us: f64) -> OneClient {
-        let floor_us = 2.0 * fsync_p50_us;
+        let floor_us = Self::floor_us(fsync_p50_us);
         OneClient {
             floor_us,
             met: p50_us <= floor_us + Self::SLACK_US && p99_us <= Self::P99_US,
@@ -761,12 +776,14 @@ fn machine_and_method(out: &mut String, results: &Results) {
          - The load generator runs on the same {}-core machine as the server it measures \
          and competes with it for CPU (its own CPU is in the table): on a 2-core machine \
          this caps both servers, so the ratios matter more than the absolute numbers.\n\
-         - Baton: `baton serve` with defaults (max batch 1024). etcd: `etcd` with defaults \
+         - Baton: `baton serve` with defaults (max batch 1024); the 1-client lock cycle \
+         on two fresh nodes, one with the defaults and one with `--latency-args`. etcd: `etcd` with defaults \
          (fsync on, `--quota-backend-bytes` 8 GiB), its v3 HTTP/JSON gateway (`/v3/lock/lock`, \
          `/v3/lease/*`, `/v3/election/*`, `/v3/kv/txn`). On etcd a lock acquire waits without \
          bound; on Baton with `wait_ms` = 60000.\n\
          - Charts (latency over time, throughput, distribution; last round of each target): {}.\n\
-         - Raw reports: `{}/<scenario>-<target>-r<round>.json`.",
+         - Raw reports: `{}/<scenario>-<target>-r<round>.json` (other client counts \
+         `-c<clients>`, one client `-c1-r<round>-<configuration>`).",
         m.nproc,
         results
             .runs
@@ -821,22 +838,34 @@ mod tests {
         assert!(!OneClient::judge(450.0, 3_001.0, 150.0).met, "p99 too high");
     }
 
-    /// A 1-client lock-cycle report with this p50 and p99 (µs).
-    fn lone_report(kind: &str, p50: u64, p99: u64) -> Report {
+    /// A 1-client lock-cycle report: p50 and p99 (µs), cycles/s, server cores.
+    fn lone_report(kind: &str, (p50, p99): (u64, u64), throughput: f64, cores: f64) -> Report {
         serde_json::from_value(serde_json::json!({
             "scenario": "lock-cycle", "target_kind": kind, "target": "http://x",
             "mode": "closed", "clients": 1, "rate_per_s": null, "duration_s": 10.0,
             "operations": 10_000, "errors": 0, "errors_by_code": {},
-            "throughput_per_s": 1000.0,
+            "throughput_per_s": throughput,
             "latency_us": {"p50": p50, "p90": p50, "p99": p99, "p999": p99, "max": p99,
                            "mean": p50 as f64},
-            "operation": "x", "server_cpu_cores": 0.5, "client_cpu_cores": null,
+            "operation": "x", "server_cpu_cores": cores, "client_cpu_cores": null,
             "server_fsyncs": null, "extra": {}, "timeline": [], "distribution": []
         }))
         .expect("a report")
     }
 
-    fn lone_results(latency_args: &str, latency: Option<Runs>) -> Results {
+    fn lone_runs(baton: Vec<Report>, etcd: Vec<Report>, failure: Option<&str>) -> Runs {
+        Runs {
+            scenario: Scenario::LockCycle,
+            clients: 1,
+            baton,
+            etcd,
+            failure: failure.map(str::to_owned),
+        }
+    }
+
+    /// Three rounds of the defaults (median p50 900 µs) and of etcd, a synced write
+    /// of 150 µs (target 0.60 ms).
+    fn lone_results(latency_args: &str, defaults: Vec<Report>, latency: Option<Runs>) -> Results {
         use clap::Parser as _;
         #[derive(clap::Parser)]
         struct Cli {
@@ -861,18 +890,7 @@ mod tests {
             fsync: fsync.clone(),
             loadavg: "0".into(),
         };
-        // Three rounds of the defaults (median p50 900 µs) and of etcd.
-        let lone = Runs {
-            scenario: Scenario::LockCycle,
-            clients: 1,
-            baton: [950, 900, 700]
-                .map(|p50| lone_report("baton", p50, 1_500))
-                .to_vec(),
-            etcd: [1_500, 1_600, 1_400]
-                .map(|p50| lone_report("etcd", p50, 4_000))
-                .to_vec(),
-            failure: None,
-        };
+        let etcd = [1_500, 1_600, 1_400].map(|p50| lone_report("etcd", (p50, 4_000), 600.0, 1.0));
         Results {
             command: "bench".into(),
             date: "today".into(),
@@ -880,7 +898,7 @@ mod tests {
             versions: vec![],
             args,
             runs: vec![],
-            sweep: vec![lone],
+            sweep: vec![lone_runs(defaults, etcd.to_vec(), None)],
             lone_latency: latency,
             fsyncs_counted: false,
             fsync_end: fsync,
@@ -888,50 +906,91 @@ mod tests {
         }
     }
 
+    fn defaults() -> Vec<Report> {
+        [950, 900, 700]
+            .map(|p50| lone_report("baton", (p50, 1_500), 1_100.0, 0.52))
+            .to_vec()
+    }
+
     #[test]
     fn one_client_is_judged_for_the_defaults_and_the_latency_configuration() {
-        // Floor 2 x 150 µs, target 0.60 ms: the defaults' median 0.90 ms misses it,
-        // the latency configuration's 0.55 ms meets it, etcd is shown, not judged.
-        let latency = Runs {
-            scenario: Scenario::LockCycle,
-            clients: 1,
-            baton: [550, 500, 650]
-                .map(|p50| lone_report("baton", p50, 1_000))
-                .to_vec(),
-            etcd: vec![],
-            failure: None,
-        };
+        // Target 2 x 150 + 300 = 600 µs: the defaults' median 0.90 ms misses it, the
+        // latency configuration's 0.55 ms (two rounds) meets it, etcd is not judged.
+        let latency = [550, 500].map(|p50| lone_report("baton", (p50, 1_000), 1_700.0, 1.45));
+        let results = lone_results(
+            "--http-workers 2",
+            defaults(),
+            Some(lone_runs(latency.to_vec(), vec![], None)),
+        );
         let mut out = String::new();
-        client_sweep(&mut out, &lone_results("--http-workers 2", Some(latency)));
+        client_sweep(&mut out, &results);
         assert!(
-            out.contains("target: 0.60 ms") || out.contains("(0.60 ms)"),
+            out.contains("= 0.30 ms. Target: p50 within 0.3 ms of that (0.60 ms)"),
             "{out}"
         );
         assert!(
-            out.contains("| Baton, defaults | 0.90 | 1.50 | 1000 | 0.50 | **not met** |"),
+            out.contains("| Baton, defaults | 3 | 0.90 | 1.50 | 1100 | 0.52 | **not met** |"),
             "{out}"
         );
         assert!(
-            out.contains("| Baton, `--http-workers 2` | 0.55 | 1.00 | 1000 | 0.50 | **met** |"),
+            out.contains("| Baton, `--http-workers 2` | 2 | 0.53 | 1.00 | 1700 | 1.45 | **met** |"),
             "{out}"
         );
         assert!(
-            out.contains("| etcd | 1.50 | 4.00 | 1000 | 0.50 | (reference) |"),
+            out.contains("| etcd | 3 | 1.50 | 4.00 | 600 | 1.00 | (reference) |"),
             "{out}"
         );
-        assert!(out.contains("Medians of 3 rounds"), "{out}");
         assert!(
             out.contains("`--http-workers 2` gives it threads of its own"),
             "{out}"
         );
+        assert!(failed_runs(&results).is_empty());
     }
 
     #[test]
     fn without_a_latency_configuration_only_the_defaults_are_judged() {
         let mut out = String::new();
-        client_sweep(&mut out, &lone_results("", None));
-        assert!(out.contains("| Baton, defaults | 0.90 |"), "{out}");
+        client_sweep(&mut out, &lone_results("", defaults(), None));
+        assert!(out.contains("| Baton, defaults | 3 | 0.90 |"), "{out}");
         assert!(!out.contains("Baton, `"), "{out}");
+        assert!(!out.contains("threads of its own"), "{out}");
+    }
+
+    #[test]
+    fn a_configuration_that_failed_leaves_the_others_and_its_reason() {
+        // The defaults' node never started; the latency configuration lost a round.
+        let latency = lone_runs(
+            vec![lone_report("baton", (500, 900), 1_800.0, 1.4)],
+            vec![],
+            Some("lock-cycle c1-r2-latency on baton: refused"),
+        );
+        let mut results = lone_results("--http-workers 2", vec![], Some(latency));
+        results.sweep[0].failure =
+            Some("starting Baton for the 1-client runs (defaults: []): no binary".into());
+        let mut out = String::new();
+        client_sweep(&mut out, &results);
+        assert!(!out.contains("Baton, defaults"), "{out}");
+        assert!(
+            out.contains("| Baton, `--http-workers 2` | 1 | 0.50 | 0.90 | 1800 | 1.40 | **met** |"),
+            "{out}"
+        );
+        assert!(out.contains("| etcd | 3 |"), "{out}");
+        let failures = failed_runs(&results);
+        assert_eq!(failures.len(), 2, "{failures:?}");
+        assert!(failures[0].contains("no binary") && failures[1].contains("refused"));
+    }
+
+    #[test]
+    fn flags_other_than_the_workers_are_not_explained_as_threads() {
+        let latency = [550].map(|p50| lone_report("baton", (p50, 1_000), 1_700.0, 0.6));
+        let results = lone_results(
+            "--idle-poll-us 0",
+            defaults(),
+            Some(lone_runs(latency.to_vec(), vec![], None)),
+        );
+        let mut out = String::new();
+        client_sweep(&mut out, &results);
+        assert!(out.contains("| Baton, `--idle-poll-us 0` | 1 |"), "{out}");
         assert!(!out.contains("threads of its own"), "{out}");
     }
 

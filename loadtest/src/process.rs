@@ -24,12 +24,18 @@ pub struct Server {
 impl Server {
     /// Starts `baton serve` from `bin` with its data under `dir`.
     pub fn baton(bin: &Path, dir: &Path) -> anyhow::Result<Self> {
+        Self::baton_in(bin, dir, "baton", &[])
+    }
+
+    /// Starts `baton serve` from `bin` with `extra` flags, on free ports, its data in
+    /// `dir/<name>-data` and its log in `dir/<name>.log`.
+    pub fn baton_in(bin: &Path, dir: &Path, name: &str, extra: &[String]) -> anyhow::Result<Self> {
         Self::baton_with(
             bin,
-            &dir.join("baton-data"),
-            &dir.join("baton.log"),
+            &dir.join(format!("{name}-data")),
+            &dir.join(format!("{name}.log")),
             (free_port()?, free_port()?),
-            &[],
+            extra,
         )
     }
 
