@@ -92,7 +92,19 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+    let command = Cli::parse().command;
+    tokio::select! {
+        result = run(command) => result,
+        signal = stop_signal() => Err(anyhow::anyhow!(
+            "stopped by {signal}; the servers it started were stopped with it"
+        )),
+    }
+}
+
+/// Runs one subcommand. Every server it starts is a [`process::Server`], stopped
+/// and reaped when dropped, so dropping this future (on a stop signal) stops them.
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Run(args) => scenario::run(&args).await.map(drop),
         Command::Bench(args) => bench::bench(args).await,
         Command::Cluster(args) => cluster::cluster(args).await,
@@ -107,5 +119,26 @@ async fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&machine)?);
             Ok(())
         }
+    }
+}
+
+/// The first of SIGINT, SIGTERM and SIGHUP. Without this, `kill <pid>` of a bench
+/// ended the tool at once and left its etcd and Baton servers running on their
+/// ports (and their data behind), where they would load the next run's machine.
+async fn stop_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let handlers = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    );
+    let (Ok(mut interrupt), Ok(mut terminate), Ok(mut hangup)) = handlers else {
+        eprintln!("baton-loadtest: cannot listen for stop signals");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = interrupt.recv() => "SIGINT",
+        _ = terminate.recv() => "SIGTERM",
+        _ = hangup.recv() => "SIGHUP",
     }
 }
