@@ -93,11 +93,15 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let command = Cli::parse().command;
+    // Listening before the subcommand runs any of its synchronous start (a bench
+    // times fsyncs and starts two servers before it first waits), and checked first.
+    let stop = StopSignals::listen();
     tokio::select! {
-        result = run(command) => result,
-        signal = stop_signal() => Err(anyhow::anyhow!(
-            "stopped by {signal}; the servers it started were stopped with it"
+        biased;
+        signal = stop.first() => Err(anyhow::anyhow!(
+            "stopped by {signal}; any server it started is stopped too"
         )),
+        result = run(command) => result,
     }
 }
 
@@ -122,23 +126,75 @@ async fn run(command: Command) -> anyhow::Result<()> {
     }
 }
 
-/// The first of SIGINT, SIGTERM and SIGHUP. Without this, `kill <pid>` of a bench
-/// ended the tool at once and left its etcd and Baton servers running on their
-/// ports (and their data behind), where they would load the next run's machine.
-async fn stop_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let handlers = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-        signal(SignalKind::hangup()),
-    );
-    let (Ok(mut interrupt), Ok(mut terminate), Ok(mut hangup)) = handlers else {
-        eprintln!("baton-loadtest: cannot listen for stop signals");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = interrupt.recv() => "SIGINT",
-        _ = terminate.recv() => "SIGTERM",
-        _ = hangup.recv() => "SIGHUP",
+/// SIGINT, SIGTERM and SIGHUP, each unless the tool inherited it ignored (`nohup`
+/// ignores SIGHUP, a shell's background job SIGINT: listening would undo that).
+/// Without these, `kill <pid>` of a bench ended the tool at once and left its etcd
+/// and Baton servers running on their ports (and their data behind), where they
+/// would load the next run's machine.
+struct StopSignals(Vec<(&'static str, tokio::signal::unix::Signal)>);
+
+impl StopSignals {
+    fn listen() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        let ignored = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|status| ignored_signals(&status))
+            .unwrap_or(0);
+        let wanted = [
+            ("SIGINT", 2, SignalKind::interrupt()),
+            ("SIGTERM", 15, SignalKind::terminate()),
+            ("SIGHUP", 1, SignalKind::hangup()),
+        ];
+        let mut listening = Vec::new();
+        for (name, number, kind) in wanted {
+            if ignored & (1 << (number - 1)) != 0 {
+                continue;
+            }
+            match signal(kind) {
+                Ok(stream) => listening.push((name, stream)),
+                Err(e) => eprintln!("baton-loadtest: cannot listen for {name}: {e}"),
+            }
+        }
+        Self(listening)
+    }
+
+    /// The name of the first signal that arrives (never, if none is listened for).
+    async fn first(mut self) -> &'static str {
+        let arrivals = self.0.iter_mut().map(|(name, stream)| {
+            Box::pin(async move {
+                stream.recv().await;
+                *name
+            })
+        });
+        match arrivals.collect::<Vec<_>>() {
+            arrivals if arrivals.is_empty() => std::future::pending().await,
+            arrivals => futures_util::future::select_all(arrivals).await.0,
+        }
+    }
+}
+
+/// The signals a process ignores, from the `SigIgn:` mask of `/proc/<pid>/status`
+/// (bit n-1 for signal n).
+fn ignored_signals(status: &str) -> Option<u64> {
+    let mask = status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigIgn:"))?;
+    u64::from_str_radix(mask.trim(), 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ignored_signals_are_read_from_the_status_mask() {
+        let status =
+            "Name:\tbaton-loadtest\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000003\n";
+        let mask = ignored_signals(status).expect("a mask");
+        assert_eq!(mask & 1, 1, "SIGHUP (1) ignored");
+        assert_eq!(mask & 2, 2, "SIGINT (2) ignored");
+        assert_eq!(mask & (1 << 14), 0, "SIGTERM (15) not");
+        assert_eq!(ignored_signals("Name:\tx\n"), None);
+        assert_eq!(ignored_signals("SigIgn:\tzz\n"), None);
     }
 }

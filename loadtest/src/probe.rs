@@ -64,7 +64,8 @@ impl CpuProbe {
 /// Counts a process's fsync and fdatasync calls with `perf stat` on the syscall
 /// tracepoints (all its threads).
 pub struct FsyncProbe {
-    child: Child,
+    /// `perf stat`, until [`FsyncProbe::stop`] takes it.
+    child: Option<Child>,
 }
 
 const FSYNC_EVENTS: &str = "syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync";
@@ -94,15 +95,27 @@ impl FsyncProbe {
             .stderr(Stdio::piped())
             .spawn()
             .ok()?;
-        Some(Self { child })
+        Some(Self { child: Some(child) })
     }
 
     /// Stops counting (SIGINT, on which perf prints its counts) and returns the total.
-    pub fn stop(self) -> Option<u64> {
-        let pid = self.child.id().to_string();
+    pub fn stop(mut self) -> Option<u64> {
+        let child = self.child.take()?;
+        let pid = child.id().to_string();
         Command::new("kill").args(["-INT", &pid]).status().ok()?;
-        let output = self.child.wait_with_output().ok()?;
+        let output = child.wait_with_output().ok()?;
         parse_perf_counts(&String::from_utf8_lossy(&output.stderr))
+    }
+}
+
+impl Drop for FsyncProbe {
+    /// A probe dropped before [`FsyncProbe::stop`] (a run that failed or was
+    /// stopped by a signal) stops its `perf`, which would otherwise count on.
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -127,6 +140,19 @@ pub fn parse_perf_counts(text: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_probe_dropped_unstopped_stops_its_perf() {
+        // Only where perf can count the tracepoints (`make bench` then counts fsyncs).
+        if !FsyncProbe::available() {
+            return;
+        }
+        let probe = FsyncProbe::start(std::process::id()).expect("perf starts");
+        let perf = probe.child.as_ref().expect("running").id();
+        drop(probe);
+        let state = std::fs::read_to_string(format!("/proc/{perf}/stat"));
+        assert!(state.is_err(), "perf {perf} still there: {state:?}");
+    }
 
     #[test]
     fn parses_proc_stat_with_odd_command_names() {

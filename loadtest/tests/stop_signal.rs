@@ -1,14 +1,18 @@
 //! A stopped load tool stops the servers it started (`kill <pid>` of a bench used to
-//! leave its etcd and Baton running).
+//! leave its etcd and Baton running), unless it was told to ignore the signal.
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Long enough for a bench to time its 500 fsyncs and start both stand-ins on a
+/// busy machine with a slow disk: a bound on a hang, not a speed.
+const BOUND: Duration = Duration::from_secs(60);
+
 /// A stand-in server: records its pid, then sleeps without ever becoming ready.
-fn fake_server(dir: &Path, name: &str) -> std::path::PathBuf {
+fn fake_server(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(name);
     let pids = dir.join("pids");
     std::fs::write(
@@ -20,66 +24,146 @@ fn fake_server(dir: &Path, name: &str) -> std::path::PathBuf {
     path
 }
 
+/// Running, as opposed to gone or a zombie (exited, not yet reaped by its parent).
 fn alive(pid: &str) -> bool {
-    // A zombie is dead for this purpose; the tool reaps what it kills.
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
         stat.rsplit(')')
             .next()
-            .is_some_and(|s| !s.trim_start().starts_with('Z'))
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
     })
 }
 
-fn wait_for(what: &str, bound: Duration, mut done: impl FnMut() -> bool) {
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
-        assert!(start.elapsed() < bound, "{what} within {bound:?}");
+        assert!(start.elapsed() < BOUND, "{what} within {BOUND:?}");
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn signal(pid: u32, name: &str) {
+    let sent = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+/// A bench of the load tool against two stand-ins, its scratch space in a temporary
+/// directory; whatever is still running when it is dropped (a failed test) is killed.
+struct Bench {
+    dir: tempfile::TempDir,
+    tool: Child,
+}
+
+impl Bench {
+    /// Starts `baton-loadtest bench`, through `wrapper` if given (e.g. `nohup`), and
+    /// waits until it has started both stand-ins.
+    fn start(wrapper: Option<&str>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let etcd = fake_server(dir.path(), "etcd");
+        let baton = fake_server(dir.path(), "baton");
+        let tool_bin = env!("CARGO_BIN_EXE_baton-loadtest");
+        let mut command = match wrapper {
+            Some(wrapper) => {
+                let mut command = Command::new(wrapper);
+                command.arg(tool_bin);
+                command
+            }
+            None => Command::new(tool_bin),
+        };
+        let tool = command
+            .args(["bench", "--baton-bin"])
+            .arg(&baton)
+            .arg("--etcd-bin")
+            .arg(&etcd)
+            .arg("--data-root")
+            .arg(dir.path())
+            .arg("--results-dir")
+            .arg(dir.path().join("results"))
+            .arg("--out")
+            .arg(dir.path().join("B.md"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let bench = Bench { dir, tool };
+        wait_for("two stand-ins started", || bench.pids().len() == 2);
+        assert!(bench.pids().iter().all(|pid| alive(pid)));
+        assert_eq!(bench.scratch_dirs(), 1, "the bench's own directory");
+        bench
+    }
+
+    fn pids(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join("pids"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The bench's temporary directories (`baton-bench-*` under `--data-root`).
+    fn scratch_dirs(&self) -> usize {
+        std::fs::read_dir(self.dir.path())
+            .unwrap()
+            .filter(|entry| {
+                let name = entry.as_ref().unwrap().file_name();
+                name.to_string_lossy().starts_with("baton-bench-")
+            })
+            .count()
+    }
+
+    /// Waits for the tool to exit; its stderr.
+    fn exited(&mut self) -> String {
+        let mut status = None;
+        wait_for("the tool to exit", || {
+            status = self.tool.try_wait().unwrap();
+            status.is_some()
+        });
+        assert!(!status.unwrap().success());
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(self.tool.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        stderr
+    }
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        let _ = self.tool.kill();
+        let _ = self.tool.wait();
+        for pid in self.pids() {
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+        }
     }
 }
 
 #[test]
 fn sigterm_stops_the_tool_and_the_servers_it_started() {
-    let dir = tempfile::tempdir().unwrap();
-    let etcd = fake_server(dir.path(), "etcd");
-    let baton = fake_server(dir.path(), "baton");
-    let mut tool = Command::new(env!("CARGO_BIN_EXE_baton-loadtest"))
-        .args(["bench", "--baton-bin"])
-        .arg(&baton)
-        .arg("--etcd-bin")
-        .arg(&etcd)
-        .arg("--data-root")
-        .arg(dir.path())
-        .arg("--results-dir")
-        .arg(dir.path().join("results"))
-        .arg("--out")
-        .arg(dir.path().join("B.md"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Both stand-ins started (the tool now waits for them to be ready).
-    let pids_file = dir.path().join("pids");
-    let pids = || std::fs::read_to_string(&pids_file).unwrap_or_default();
-    wait_for("two servers started", Duration::from_secs(20), || {
-        pids().lines().count() == 2
-    });
-    let pids: Vec<String> = pids().lines().map(str::to_owned).collect();
-    assert!(pids.iter().all(|pid| alive(pid)), "{pids:?}");
-
-    Command::new("kill")
-        .args(["-TERM", &tool.id().to_string()])
-        .status()
-        .unwrap();
-    let mut status = None;
-    wait_for("the tool to exit", Duration::from_secs(20), || {
-        status = tool.try_wait().unwrap();
-        status.is_some()
-    });
-    assert!(!status.unwrap().success());
-    for pid in &pids {
-        assert!(!alive(pid), "server {pid} still runs");
+    let mut bench = Bench::start(None);
+    signal(bench.tool.id(), "TERM");
+    let stderr = bench.exited();
+    for pid in bench.pids() {
+        assert!(!alive(&pid), "server {pid} still runs");
     }
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(tool.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(bench.scratch_dirs(), 0, "the bench's directory is left");
     assert!(stderr.contains("stopped by SIGTERM"), "{stderr}");
+}
+
+#[test]
+fn a_hangup_it_was_told_to_ignore_is_ignored() {
+    // nohup starts the tool with SIGHUP ignored: a hang-up must not stop the run.
+    let mut bench = Bench::start(Some("nohup"));
+    signal(bench.tool.id(), "HUP");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        bench.tool.try_wait().unwrap().is_none(),
+        "stopped by SIGHUP"
+    );
+    assert!(bench.pids().iter().all(|pid| alive(pid)));
+    signal(bench.tool.id(), "INT");
+    let stderr = bench.exited();
+    assert!(stderr.contains("stopped by SIGINT"), "{stderr}");
+    for pid in bench.pids() {
+        assert!(!alive(&pid), "server {pid} still runs");
+    }
 }
