@@ -339,21 +339,12 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
             lone_latency = latency;
         } else {
             for server in [&baton, &etcd] {
-                let tag = format!("c{clients}");
-                let result = run_one(
-                    &ctx,
-                    Scenario::LockCycle,
-                    server,
-                    (clients, args.duration_s),
-                    &tag,
-                    |_| {},
-                )
-                .await;
                 let what = format!(
                     "lock-cycle with {clients} clients on {}",
                     server.kind.name()
                 );
-                r.record(server.kind, &what, result);
+                let load = (clients, args.duration_s);
+                record_lock_cycle(&mut r, &ctx, server, load, &format!("c{clients}"), &what).await;
             }
         }
         sweep.push(r);
@@ -464,41 +455,39 @@ async fn lone_client(
     };
     for round in 0..args.lone_client_rounds.max(1) {
         let tag = format!("c1-r{}", round + 1);
-        if let Some(node) = &defaults {
-            let (kind, what, result) = lone_run(ctx, args, node, &tag, "defaults").await;
-            runs.record(kind, &what, result);
+        let turns = [
+            (defaults.as_ref(), "defaults", &mut runs),
+            (latency.as_ref(), "latency", &mut latency_runs),
+        ];
+        for (node, config, into) in turns {
+            if let Some(node) = node {
+                lone_run(into, ctx, args, node, &format!("{tag}-{config}")).await;
+            }
         }
-        if let Some(node) = &latency {
-            let (kind, what, result) = lone_run(ctx, args, node, &tag, "latency").await;
-            latency_runs.record(kind, &what, result);
-        }
-        let (kind, what, result) = lone_run(ctx, args, etcd, &tag, "etcd").await;
-        runs.record(kind, &what, result);
+        lone_run(&mut runs, ctx, args, etcd, &format!("{tag}-etcd")).await;
     }
     (runs, (!flags.is_empty()).then_some(latency_runs))
 }
 
-/// One 1-client lock-cycle run on `server` (`tag` and `config` name it in the
-/// report's file and in a failure).
-async fn lone_run(
-    ctx: &Ctx<'_>,
-    args: &BenchArgs,
-    server: &Server,
-    tag: &str,
-    config: &str,
-) -> (TargetKind, String, anyhow::Result<Report>) {
-    let tag = format!("{tag}-{config}");
-    let result = run_one(
-        ctx,
-        Scenario::LockCycle,
-        server,
-        (1, args.duration_s),
-        &tag,
-        |_| {},
-    )
-    .await;
+/// One 1-client lock-cycle run on `server`, filed in `runs` (`tag` names it in
+/// the report's file and in a failure).
+async fn lone_run(runs: &mut Runs, ctx: &Ctx<'_>, args: &BenchArgs, server: &Server, tag: &str) {
     let what = format!("lock-cycle {tag} on {}", server.kind.name());
-    (server.kind, what, result)
+    record_lock_cycle(runs, ctx, server, (1, args.duration_s), tag, &what).await;
+}
+
+/// One lock-cycle run of `(clients, seconds)` on `server`, its report or its
+/// failure (named `what`) filed in `runs`.
+async fn record_lock_cycle(
+    runs: &mut Runs,
+    ctx: &Ctx<'_>,
+    server: &Server,
+    load: (usize, f64),
+    tag: &str,
+    what: &str,
+) {
+    let result = run_one(ctx, Scenario::LockCycle, server, load, tag, |_| {}).await;
+    runs.record(server.kind, what, result);
 }
 
 /// A fresh Baton node for the 1-client runs of `config`, started with `flags` and

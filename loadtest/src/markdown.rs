@@ -912,18 +912,25 @@ mod tests {
             .to_vec()
     }
 
+    /// The latency configuration's runs: these reports, no failure.
+    fn latency_runs(reports: &[Report]) -> Option<Runs> {
+        Some(lone_runs(reports.to_vec(), vec![], None))
+    }
+
+    /// The "lock-cycle by number of clients" section of `results`.
+    fn sweep_text(results: &Results) -> String {
+        let mut out = String::new();
+        client_sweep(&mut out, results);
+        out
+    }
+
     #[test]
     fn one_client_is_judged_for_the_defaults_and_the_latency_configuration() {
         // Target 2 x 150 + 300 = 600 µs: the defaults' median 0.90 ms misses it, the
         // latency configuration's 0.55 ms (two rounds) meets it, etcd is not judged.
         let latency = [550, 500].map(|p50| lone_report("baton", (p50, 1_000), 1_700.0, 1.45));
-        let results = lone_results(
-            "--http-workers 2",
-            defaults(),
-            Some(lone_runs(latency.to_vec(), vec![], None)),
-        );
-        let mut out = String::new();
-        client_sweep(&mut out, &results);
+        let results = lone_results("--http-workers 2", defaults(), latency_runs(&latency));
+        let out = sweep_text(&results);
         assert!(
             out.contains("= 0.30 ms. Target: p50 within 0.3 ms of that (0.60 ms)"),
             "{out}"
@@ -949,8 +956,7 @@ mod tests {
 
     #[test]
     fn without_a_latency_configuration_only_the_defaults_are_judged() {
-        let mut out = String::new();
-        client_sweep(&mut out, &lone_results("", defaults(), None));
+        let out = sweep_text(&lone_results("", defaults(), None));
         assert!(out.contains("| Baton, defaults | 3 | 0.90 |"), "{out}");
         assert!(!out.contains("Baton, `"), "{out}");
         assert!(!out.contains("threads of its own"), "{out}");
@@ -967,8 +973,7 @@ mod tests {
         let mut results = lone_results("--http-workers 2", vec![], Some(latency));
         results.sweep[0].failure =
             Some("starting Baton for the 1-client runs (defaults: []): no binary".into());
-        let mut out = String::new();
-        client_sweep(&mut out, &results);
+        let out = sweep_text(&results);
         assert!(!out.contains("Baton, defaults"), "{out}");
         assert!(
             out.contains("| Baton, `--http-workers 2` | 1 | 0.50 | 0.90 | 1800 | 1.40 | **met** |"),
@@ -983,13 +988,8 @@ mod tests {
     #[test]
     fn flags_other_than_the_workers_are_not_explained_as_threads() {
         let latency = [550].map(|p50| lone_report("baton", (p50, 1_000), 1_700.0, 0.6));
-        let results = lone_results(
-            "--idle-poll-us 0",
-            defaults(),
-            Some(lone_runs(latency.to_vec(), vec![], None)),
-        );
-        let mut out = String::new();
-        client_sweep(&mut out, &results);
+        let results = lone_results("--idle-poll-us 0", defaults(), latency_runs(&latency));
+        let out = sweep_text(&results);
         assert!(out.contains("| Baton, `--idle-poll-us 0` | 1 |"), "{out}");
         assert!(!out.contains("threads of its own"), "{out}");
     }
