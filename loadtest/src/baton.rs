@@ -1,33 +1,35 @@
 //! Baton's HTTP/JSON API (`/v1`), the operations the scenarios need.
 
-use reqwest::{Client, Method, StatusCode};
+use hyper::{Method, StatusCode};
+use reqwest::Client;
 use serde_json::{json, Value};
 
 use crate::error::OpError;
+use crate::http::HttpClient;
 use crate::target::{Held, Lease};
 
 /// A client of one Baton node.
 #[derive(Debug, Clone)]
 pub struct BatonClient {
+    /// For streams and scrapes (watch, metrics).
     http: Client,
-    base: String,
+    /// For the timed operations.
+    calls: HttpClient,
 }
 
 impl BatonClient {
-    /// A client of the node at `base` (`http://127.0.0.1:7878`), on a shared pool.
-    pub fn new(http: Client, base: &str) -> Self {
-        Self {
-            http,
-            base: base.trim_end_matches('/').to_owned(),
-        }
+    /// A client of the node `calls` talks to (`http://127.0.0.1:7878`), with
+    /// `http` for what is not a timed operation.
+    pub fn new(http: Client, calls: HttpClient) -> Self {
+        Self { http, calls }
     }
 
     /// The base URL.
     pub fn base(&self) -> &str {
-        &self.base
+        self.calls.base()
     }
 
-    /// The shared HTTP client.
+    /// The shared reqwest client, for streams and scrapes.
     pub fn http(&self) -> &Client {
         &self.http
     }
@@ -38,18 +40,13 @@ impl BatonClient {
         path: &str,
         body: Option<Value>,
     ) -> Result<Value, OpError> {
-        let mut request = self.http.request(method, format!("{}{path}", self.base));
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await?;
-        let status = response.status();
-        let bytes = response.bytes().await?;
-        let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        if status.is_success() {
+        let body = body.map(|body| body.to_string().into_bytes());
+        let answer = self.calls.send(method, path, body).await?;
+        let value: Value = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
+        if answer.status.is_success() {
             Ok(value)
         } else {
-            Err(problem(status, &value))
+            Err(problem(answer.status, &value))
         }
     }
 

@@ -4,38 +4,37 @@
 //! gateway omits default values (`false`, `0`), so a missing field means its default.
 
 use data_encoding::BASE64;
+use hyper::Method;
 use reqwest::Client;
 use serde_json::{json, Value};
 
 use crate::error::OpError;
+use crate::http::HttpClient;
 use crate::target::{Held, Lease};
 
 /// A client of one etcd member's gateway.
 #[derive(Debug, Clone)]
 pub struct EtcdClient {
+    /// For the watch streams of the recipes' waits.
     http: Client,
-    base: String,
+    /// For the timed operations.
+    calls: HttpClient,
 }
 
 impl EtcdClient {
-    /// A client of the member at `base` (`http://127.0.0.1:2379`), on a shared pool.
-    pub fn new(http: Client, base: &str) -> Self {
-        Self {
-            http,
-            base: base.trim_end_matches('/').to_owned(),
-        }
+    /// A client of the member `calls` talks to (`http://127.0.0.1:2379`), with
+    /// `http` for watch streams.
+    pub fn new(http: Client, calls: HttpClient) -> Self {
+        Self { http, calls }
     }
 
     async fn call(&self, path: &str, body: Value) -> Result<Value, OpError> {
-        let response = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .json(&body)
-            .send()
+        let answer = self
+            .calls
+            .send(Method::POST, path, Some(body.to_string().into_bytes()))
             .await?;
-        let status = response.status();
-        let bytes = response.bytes().await?;
-        let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let status = answer.status;
+        let value: Value = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
         // Unary errors come as a non-2xx status with `{"error", "code"}`; streaming
         // calls (keepalive) answer 200 with `{"error": {...}}`.
         if !status.is_success() || value.get("error").is_some() {
@@ -333,7 +332,7 @@ impl EtcdClient {
     pub async fn wait_deleted(&self, key: &str, from_revision: u64) -> Result<(), OpError> {
         let mut response = self
             .http
-            .post(format!("{}/v3/watch", self.base))
+            .post(format!("{}/v3/watch", self.calls.base()))
             .json(&json!({"create_request": {"key": key,
                 "start_revision": from_revision.to_string(), "filters": ["NOPUT"]}}))
             .send()

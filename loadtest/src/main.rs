@@ -31,6 +31,7 @@ mod etcd;
 mod exposition;
 mod fill;
 mod holders;
+mod http;
 mod machine;
 mod markdown;
 mod memory;

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::baton::BatonClient;
 use crate::error::OpError;
 use crate::etcd::EtcdClient;
+use crate::http::HttpClient;
 
 /// Which kind of server the target URL points at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -62,21 +63,24 @@ pub enum Target {
 pub const WAIT_MS: u64 = 60_000;
 
 impl Target {
-    /// A target of `kind` at `base`, with one pooled HTTP/1.1 client sized for
-    /// `connections` concurrent requests.
+    /// A target of `kind` at `base`, with one pool of HTTP/1.1 connections sized
+    /// for `connections` concurrent requests (and a reqwest client for streams).
     pub fn new(kind: TargetKind, base: &str, connections: usize) -> anyhow::Result<Self> {
         // Idle connections are dropped before Baton closes them
         // (`pooled_http_client`); kept longer, one of them failed 11
         // keepalives of a `make bench` run (BENCHMARKS.md, session 58).
+        // Above every wait this tool asks for, so a timeout means a stuck server.
+        let request_timeout = Duration::from_millis(WAIT_MS + 30_000);
+        let connect_timeout = Duration::from_secs(5);
         let http = baton_chaos::client::pooled_http_client()
             .pool_max_idle_per_host(connections.max(1))
-            .connect_timeout(Duration::from_secs(5))
-            // Above every wait this tool asks for, so a timeout means a stuck server.
-            .timeout(Duration::from_millis(WAIT_MS + 30_000))
+            .connect_timeout(connect_timeout)
+            .timeout(request_timeout)
             .build()?;
+        let calls = HttpClient::new(base, connections.max(1), connect_timeout, request_timeout)?;
         Ok(match kind {
-            TargetKind::Baton => Target::Baton(BatonClient::new(http, base)),
-            TargetKind::Etcd => Target::Etcd(EtcdClient::new(http, base)),
+            TargetKind::Baton => Target::Baton(BatonClient::new(http, calls)),
+            TargetKind::Etcd => Target::Etcd(EtcdClient::new(http, calls)),
         })
     }
 

@@ -210,6 +210,11 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    fn calls(base: &str) -> crate::http::HttpClient {
+        crate::http::HttpClient::new(base, 2, Duration::from_secs(5), Duration::from_secs(5))
+            .expect("a valid base")
+    }
+
     /// A one-route HTTP server: `GET /v1/watch` answers `body` as an event stream
     /// (closed after a while), or 404 when `body` is `None`.
     async fn fake_server(body: Option<&'static str>) -> String {
@@ -252,7 +257,7 @@ mod tests {
              event: bookmark\nid: 2\ndata: {}\n\nid: 99\nevent: lock.acquired\ndata: {}\n\n",
         ))
         .await;
-        let baton = BatonClient::new(reqwest::Client::new(), &base);
+        let baton = BatonClient::new(reqwest::Client::new(), calls(&base));
         let fanout = Fanout::connect(&baton, "p/", 2)
             .await
             .expect("watchers connect");
@@ -276,7 +281,7 @@ mod tests {
     #[tokio::test]
     async fn a_server_without_watch_fails_clearly() {
         let base = fake_server(None).await;
-        let baton = BatonClient::new(reqwest::Client::new(), &base);
+        let baton = BatonClient::new(reqwest::Client::new(), calls(&base));
         let error = Fanout::connect(&baton, "p/", 1)
             .await
             .err()
