@@ -50,6 +50,7 @@ mod target;
 mod watch;
 
 use clap::{Parser, Subcommand};
+use std::process::ExitCode;
 
 /// Load generator for Baton and etcd.
 #[derive(Debug, Parser)]
@@ -92,17 +93,20 @@ enum Command {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> anyhow::Result<ExitCode> {
     let command = Cli::parse().command;
     // Listening before the subcommand runs any of its synchronous start (a bench
     // times fsyncs and starts two servers before it first waits), and checked first.
     let stop = StopSignals::listen();
     tokio::select! {
         biased;
-        signal = stop.first() => Err(anyhow::anyhow!(
-            "stopped by {signal}; any server it started is stopped too"
-        )),
-        result = run(command) => result,
+        (name, number) = stop.first() => {
+            eprintln!("baton-loadtest: stopped by {name}; any server it started is stopped too");
+            // The shell's convention for a process a signal ended (130 for
+            // Ctrl-C), so that make and CI report it as such.
+            Ok(ExitCode::from(128 + number))
+        }
+        result = run(command) => result.map(|()| ExitCode::SUCCESS),
     }
 }
 
@@ -132,7 +136,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
 /// Without these, `kill <pid>` of a bench ended the tool at once and left its etcd
 /// and Baton servers running on their ports (and their data behind), where they
 /// would load the next run's machine.
-struct StopSignals(Vec<(&'static str, tokio::signal::unix::Signal)>);
+struct StopSignals(Vec<(&'static str, u8, tokio::signal::unix::Signal)>);
 
 impl StopSignals {
     fn listen() -> Self {
@@ -152,19 +156,20 @@ impl StopSignals {
                 continue;
             }
             match signal(kind) {
-                Ok(stream) => listening.push((name, stream)),
+                Ok(stream) => listening.push((name, number, stream)),
                 Err(e) => eprintln!("baton-loadtest: cannot listen for {name}: {e}"),
             }
         }
         Self(listening)
     }
 
-    /// The name of the first signal that arrives (never, if none is listened for).
-    async fn first(mut self) -> &'static str {
-        let arrivals = self.0.iter_mut().map(|(name, stream)| {
+    /// The name and number of the first signal that arrives (never, if none is
+    /// listened for).
+    async fn first(mut self) -> (&'static str, u8) {
+        let arrivals = self.0.iter_mut().map(|(name, number, stream)| {
             Box::pin(async move {
                 stream.recv().await;
-                *name
+                (*name, *number)
             })
         });
         match arrivals.collect::<Vec<_>>() {

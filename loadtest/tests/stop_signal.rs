@@ -113,14 +113,14 @@ impl Bench {
             .count()
     }
 
-    /// Waits for the tool to exit; its stderr.
-    fn exited(&mut self) -> String {
+    /// Waits for the tool to exit with `code`; its stderr.
+    fn exited(&mut self, code: i32) -> String {
         let mut status = None;
         wait_for("the tool to exit", || {
             status = self.tool.try_wait().unwrap();
             status.is_some()
         });
-        assert!(!status.unwrap().success());
+        assert_eq!(status.unwrap().code(), Some(code), "128 + the signal");
         let mut stderr = String::new();
         std::io::Read::read_to_string(self.tool.stderr.as_mut().unwrap(), &mut stderr).unwrap();
         stderr
@@ -141,7 +141,7 @@ impl Drop for Bench {
 fn sigterm_stops_the_tool_and_the_servers_it_started() {
     let mut bench = Bench::start(None);
     signal(bench.tool.id(), "TERM");
-    let stderr = bench.exited();
+    let stderr = bench.exited(143);
     for pid in bench.pids() {
         assert!(!alive(&pid), "server {pid} still runs");
     }
@@ -161,7 +161,7 @@ fn a_hangup_it_was_told_to_ignore_is_ignored() {
     );
     assert!(bench.pids().iter().all(|pid| alive(pid)));
     signal(bench.tool.id(), "INT");
-    let stderr = bench.exited();
+    let stderr = bench.exited(130);
     assert!(stderr.contains("stopped by SIGINT"), "{stderr}");
     for pid in bench.pids() {
         assert!(!alive(&pid), "server {pid} still runs");
