@@ -768,8 +768,9 @@ fn machine_and_method(out: &mut String, results: &Results) {
     let _ = writeln!(
         out,
         "- Closed loop: each client sends its next operation when the previous one is \
-         answered; latency is per operation (all its requests). One pooled HTTP/1.1 \
-         keep-alive client per run, with an idle connection per client.\n\
+         answered; latency is per operation (all its requests). One pool of HTTP/1.1 \
+         keep-alive connections per run (hyper, driven by the tool: \
+         `loadtest/src/http.rs`), with an idle connection per client.\n\
          - keepalive is open loop: lease *i* is due every TTL/3 on a fixed schedule, and \
          latency counts from the intended time, so a late keepalive shows as latency \
          (no coordinated omission).\n\
