@@ -110,10 +110,13 @@ print("  synced 4 KiB append p50 %d µs, mean %.0f µs" % (fsync["p50_us"], fsyn
       wait_ready http://127.0.0.1:17978/readyz
       measure "baton-$mode" 17978
     done
+    # The flags `baton-loadtest bench` starts etcd with (loadtest/src/process.rs).
     etcd --name bench --data-dir "$dir/etcd" \
       --listen-client-urls http://127.0.0.1:17979 --advertise-client-urls http://127.0.0.1:17979 \
       --listen-peer-urls http://127.0.0.1:17980 --initial-advertise-peer-urls http://127.0.0.1:17980 \
-      --initial-cluster bench=http://127.0.0.1:17980 --logger zap --log-level warn >"$dir/etcd.log" 2>&1 &
+      --initial-cluster bench=http://127.0.0.1:17980 --initial-cluster-state new \
+      --initial-cluster-token baton-loadtest --quota-backend-bytes 8589934592 \
+      --logger zap --log-level warn >"$dir/etcd.log" 2>&1 &
     server=$!
     wait_ready http://127.0.0.1:17979/health
     measure etcd 17979 --target-kind etcd
