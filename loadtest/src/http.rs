@@ -3,7 +3,7 @@
 //!
 //! The load tool shares the machine's two cores with the server it measures, so
 //! whatever CPU it spends on a request is taken from the server. Through reqwest a
-//! 64-client lock cycle cost the tool about 56 µs of CPU per cycle, half of it in
+//! 64-client lock cycle cost the tool 39-50 µs of CPU per cycle, half of it in
 //! its own code: a URL parsed (with IDNA) from a formatted string per request,
 //! reqwest's redirect, retry and time-out layers, a shared pool's checkout keyed by
 //! a cloned URI (BENCHMARKS.md, "A lighter load tool"). Here the base address is
