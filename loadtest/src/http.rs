@@ -8,9 +8,12 @@
 //! reqwest's redirect, retry and time-out layers, a shared pool's checkout keyed by
 //! a cloned URI (BENCHMARKS.md, "A lighter load tool"). Here the base address is
 //! parsed once, a request is a path and a body, and a connection is taken from and
-//! given back to a plain list. Baton's leader calls its peers the same way
-//! (`service/raft/src/peer_connection.rs`). Streams and scrapes (watch, metrics)
-//! still go through reqwest: they are not timed per request.
+//! given back to a plain list. Baton's leader calls its peers over hyper too
+//! (`service/raft/src/peer_connection.rs`), with one difference that must stay:
+//! its RPCs are safe to repeat, so it sends a written request again on a new
+//! connection, while this client never does (a lock write may have been carried
+//! out). Streams and scrapes (watch, metrics) and `overload`'s requests still go
+//! through reqwest: they are not what the scenarios time per request.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -58,6 +61,7 @@ impl std::fmt::Debug for HttpClient {
 struct Inner {
     /// The base address as given, without a trailing `/`.
     base: String,
+    /// The host to connect to; an IPv6 literal without its brackets.
     host: String,
     port: u16,
     /// The `host` header of every request.
@@ -95,7 +99,8 @@ impl Drop for Connection {
 impl HttpClient {
     /// A client of `base` that keeps up to `max_idle` idle connections, gives up
     /// on a connection after `connect_timeout` and on a whole request (answer
-    /// read) after `request_timeout`. Fails when `base` is not an `http://` URL.
+    /// read) after `request_timeout`. Fails when `base` is not an `http://` URL
+    /// without credentials, query or fragment.
     pub fn new(
         base: &str,
         max_idle: usize,
@@ -127,20 +132,25 @@ impl HttpClient {
             url.query().is_none() && url.fragment().is_none(),
             "{base}: a base address has no query or fragment"
         );
-        let shown = url
+        // reqwest sent these as basic authentication; neither server asks for it.
+        anyhow::ensure!(
+            url.username().is_empty() && url.password().is_none(),
+            "{base}: the load tool sends no credentials"
+        );
+        let host_in_url = url
             .host_str()
             .ok_or_else(|| anyhow::anyhow!("{base}: no host"))?;
         let port = url
             .port_or_known_default()
             .ok_or_else(|| anyhow::anyhow!("{base}: no port"))?;
         let authority = HeaderValue::from_str(&match url.port() {
-            Some(port) => format!("{shown}:{port}"),
-            None => shown.to_owned(),
+            Some(port) => format!("{host_in_url}:{port}"),
+            None => host_in_url.to_owned(),
         })?;
         Ok(Self {
             inner: Arc::new(Inner {
                 base: base.trim_end_matches('/').to_owned(),
-                host: shown
+                host: host_in_url
                     .trim_start_matches('[')
                     .trim_end_matches(']')
                     .to_owned(),
@@ -161,7 +171,9 @@ impl HttpClient {
         &self.inner.base
     }
 
-    /// Sends `method path` with `body` (JSON) and reads the whole answer.
+    /// Sends `method path` with `body` (JSON) and reads the whole answer. `path`
+    /// is sent as it is (not percent-encoded: the scenarios' names are plain
+    /// ASCII); one that is not a valid URI path fails before anything is sent.
     ///
     /// A request that a reused connection could not take (closed while it was
     /// idle, and hyper hands the request back unsent) goes out again on a new
@@ -343,6 +355,9 @@ mod tests {
         EchoThenClose,
         /// Reads the request and closes the connection without an answer.
         ReadThenClose,
+        /// Echoes the first request of a connection, then reads the next and
+        /// closes the connection without an answer.
+        EchoOnceThenReadAndClose,
         /// Reads the request and never answers.
         Silent,
         /// Answers a body of this many bytes.
@@ -388,6 +403,7 @@ mod tests {
 
     async fn serve(mut socket: TcpStream, behaviour: Behaviour, requests: Arc<AtomicUsize>) {
         let mut buffer = Vec::new();
+        let mut answered = 0;
         loop {
             let Some(head) = read_request(&mut socket, &mut buffer).await else {
                 return;
@@ -395,12 +411,15 @@ mod tests {
             requests.fetch_add(1, Ordering::SeqCst);
             let body = match behaviour {
                 Behaviour::ReadThenClose => return,
+                Behaviour::EchoOnceThenReadAndClose if answered == 1 => return,
                 Behaviour::Silent => {
                     tokio::time::sleep(Duration::from_secs(3600)).await;
                     return;
                 }
                 Behaviour::Big(size) => "x".repeat(size),
-                Behaviour::Echo | Behaviour::EchoThenClose => head,
+                Behaviour::Echo
+                | Behaviour::EchoThenClose
+                | Behaviour::EchoOnceThenReadAndClose => head,
             };
             let answer = format!(
                 "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
@@ -409,6 +428,7 @@ mod tests {
             if socket.write_all(answer.as_bytes()).await.is_err() {
                 return;
             }
+            answered += 1;
             if matches!(behaviour, Behaviour::EchoThenClose) {
                 return;
             }
@@ -416,7 +436,8 @@ mod tests {
     }
 
     /// Reads one request (head and `content-length` body); answers its request
-    /// line, `host` header and body, one per line. `None` at the end of the stream.
+    /// line, `host` and `content-type` headers (empty lines when absent) and body,
+    /// one per line. `None` at the end of the stream.
     async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<String> {
         let mut chunk = [0u8; 4096];
         let end = loop {
@@ -448,13 +469,15 @@ mod tests {
         }
         let body = String::from_utf8_lossy(&buffer[end..end + length]).into_owned();
         buffer.drain(..end + length);
-        let mut lines = head.lines();
-        let request_line = lines.next().unwrap_or_default().to_owned();
-        let host = lines
-            .find(|line| line.to_ascii_lowercase().starts_with("host:"))
-            .unwrap_or_default()
-            .to_owned();
-        Some(format!("{request_line}\n{host}\n{body}"))
+        let request_line = head.lines().next().unwrap_or_default().to_owned();
+        let header = |name: &str| {
+            head.lines()
+                .find(|line| line.to_ascii_lowercase().starts_with(name))
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let (host, content_type) = (header("host:"), header("content-type:"));
+        Some(format!("{request_line}\n{host}\n{content_type}\n{body}"))
     }
 
     fn client(base: &str, max_idle: usize) -> HttpClient {
@@ -488,9 +511,22 @@ mod tests {
         let authority = server.base.trim_start_matches("http://");
         assert_eq!(
             text(&answer),
-            format!("POST /under/v1/locks/a:acquire HTTP/1.1\nhost: {authority}\n{{\"x\":1}}")
+            format!(
+                "POST /under/v1/locks/a:acquire HTTP/1.1\nhost: {authority}\n\
+                 content-type: application/json\n{{\"x\":1}}"
+            )
         );
         assert_eq!(http.base(), format!("{}/under", server.base));
+        // Without a body, no content type (Baton's JSON extractors would refuse a
+        // body of another type; none is sent).
+        let answer = http
+            .send(Method::DELETE, "/v1/leases/l1", None)
+            .await
+            .expect("an answer");
+        assert_eq!(
+            text(&answer),
+            format!("DELETE /under/v1/leases/l1 HTTP/1.1\nhost: {authority}\n\n")
+        );
     }
 
     #[tokio::test]
@@ -566,13 +602,32 @@ mod tests {
         assert_eq!(server.accepted.load(Ordering::SeqCst), 1);
     }
 
+    /// The same on a reused connection, where a request that did not go out is
+    /// sent again: one that was written must not be.
+    #[tokio::test]
+    async fn a_request_written_on_a_reused_connection_is_not_sent_again() {
+        let server = fake_server(Behaviour::EchoOnceThenReadAndClose).await;
+        let http = client(&server.base, 4);
+        http.send(Method::POST, "/x", Some(b"{}".to_vec()))
+            .await
+            .expect("the first is answered");
+        let error = http
+            .send(Method::POST, "/x", Some(b"{}".to_vec()))
+            .await
+            .expect_err("the second is not");
+        assert_eq!(error.code(), "transport", "{error}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(server.requests.load(Ordering::SeqCst), 2);
+        assert_eq!(server.accepted.load(Ordering::SeqCst), 1);
+    }
+
     #[tokio::test]
     async fn a_connection_idle_too_long_is_not_used() {
         let server = fake_server(Behaviour::Echo).await;
         let http = HttpClient::with_idle_timeout(
             &server.base,
             4,
-            Duration::from_millis(50),
+            Duration::from_millis(500),
             Duration::from_secs(5),
             Duration::from_secs(5),
         )
@@ -580,7 +635,7 @@ mod tests {
         http.send(Method::GET, "/x", None).await.expect("an answer");
         http.send(Method::GET, "/x", None).await.expect("an answer");
         assert_eq!(server.accepted.load(Ordering::SeqCst), 1);
-        tokio::time::sleep(Duration::from_millis(120)).await;
+        tokio::time::sleep(Duration::from_millis(800)).await;
         http.send(Method::GET, "/x", None).await.expect("an answer");
         assert_eq!(server.accepted.load(Ordering::SeqCst), 2);
     }
@@ -636,6 +691,7 @@ mod tests {
         assert!(new("https://127.0.0.1:1").is_err());
         assert!(new("http://127.0.0.1:1/?a=b").is_err());
         assert!(new("not a url").is_err());
+        assert!(new("http://user:secret@127.0.0.1:1").is_err());
         let http = new("http://[::1]:7878/").expect("IPv6 literal");
         assert_eq!(http.inner.host, "::1");
         assert_eq!(http.inner.authority, "[::1]:7878");

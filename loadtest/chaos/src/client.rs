@@ -35,11 +35,15 @@ pub enum Reply {
 pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A client builder with this harness's pool settings: idle connections
-/// dropped after [`POOL_IDLE_TIMEOUT`], no Nagle delay.
+/// dropped after [`POOL_IDLE_TIMEOUT`], no Nagle delay, and no proxy from the
+/// environment (`HTTP_PROXY`): the harness and the load tool talk to servers they
+/// started on loopback, and the load tool's own connections (`loadtest/src/http.rs`)
+/// never go through a proxy either.
 pub fn pooled_http_client() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .tcp_nodelay(true)
+        .no_proxy()
 }
 
 /// HTTP client over one connection pool, talking to one node's API URL per call.
