@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -57,7 +58,7 @@ impl Server {
             .create(true)
             .append(true)
             .open(log)?;
-        let child = Command::new(bin)
+        let child = server_command(bin)
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--raft-listen", &format!("127.0.0.1:{raft_port}")])
             .arg("--data-dir")
@@ -103,7 +104,7 @@ impl Server {
         } else {
             dir.join(format!("{name}-data"))
         };
-        let child = Command::new(bin)
+        let child = server_command(bin)
             .args(["--name", name])
             .arg("--data-dir")
             .arg(data)
@@ -203,6 +204,36 @@ impl Server {
                 .collect::<Vec<_>>()
                 .join(", "),
         }
+    }
+}
+
+/// The command that starts the server `bin`: through util-linux's `setpriv
+/// --pdeathsig KILL` where it works, so that the kernel kills the server when the
+/// thread that started it ends, even when the tool is killed with SIGKILL (which
+/// it cannot catch: `Drop` and the stop signals cover everything else). `setpriv`
+/// then executes `bin` in its own process, so the child's pid is the server's.
+/// Setting the signal in the child ourselves would need `pre_exec`, which is
+/// `unsafe` (forbidden in this workspace). The servers are started from the
+/// runtime's long-lived threads (the main thread and tokio's workers, never its
+/// blocking pool, whose idle threads end), so the signal only comes with the tool's
+/// end. Without `setpriv`, the server is started directly.
+fn server_command(bin: &Path) -> Command {
+    static SETPRIV: OnceLock<bool> = OnceLock::new();
+    let works = *SETPRIV.get_or_init(|| {
+        Command::new("setpriv")
+            .args(["--pdeathsig", "KILL", "--", "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    });
+    // A missing binary is left to `spawn`, whose error names it.
+    if works && bin.is_file() {
+        let mut command = Command::new("setpriv");
+        command.args(["--pdeathsig", "KILL", "--"]).arg(bin);
+        command
+    } else {
+        Command::new(bin)
     }
 }
 

@@ -167,3 +167,24 @@ fn a_hangup_it_was_told_to_ignore_is_ignored() {
         assert!(!alive(&pid), "server {pid} still runs");
     }
 }
+
+/// SIGKILL cannot be caught: the servers go because the kernel sends them the
+/// parent-death signal that `setpriv --pdeathsig` set (where util-linux's setpriv
+/// is installed; without it the tool starts them directly and this cannot hold).
+#[test]
+fn a_killed_tool_takes_the_servers_it_started_with_it() {
+    let setpriv = Command::new("setpriv")
+        .args(["--pdeathsig", "KILL", "--", "true"])
+        .status()
+        .is_ok_and(|status| status.success());
+    if !setpriv {
+        eprintln!("skipped: no working setpriv --pdeathsig here");
+        return;
+    }
+    let mut bench = Bench::start(None);
+    signal(bench.tool.id(), "KILL");
+    let _ = bench.tool.wait();
+    for pid in bench.pids() {
+        wait_for("the server to be gone", || !alive(&pid));
+    }
+}
