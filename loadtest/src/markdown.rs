@@ -639,7 +639,7 @@ fn one_client(out: &mut String, results: &Results, lone: &Runs) {
             .any(|f| f.starts_with("--http-workers"));
     let threads = if workers {
         format!(
-            "Baton's defaults serve the client API on the runtime's one thread (the fewest CPU cycles per request, the most lock cycles with many clients); `{latency_args}` gives it threads of its own, which spin between a lone request's steps: a lower lone-client p50 for more CPU (ARCHITECTURE.md, \"Threads\"). "
+            "Baton's defaults serve the client API on the runtime's one thread (the fewest CPU cycles per request: about half the workers' for a lone client, four fifths with many); `{latency_args}` gives it threads of its own, which spin between a lone request's steps: a lower lone-client p50 for more CPU (ARCHITECTURE.md, \"Threads\"). "
         )
     } else {
         String::new()
