@@ -481,14 +481,18 @@ mod tests {
     }
 
     fn client(base: &str, max_idle: usize) -> HttpClient {
-        HttpClient::with_idle_timeout(
+        timed_client(
             base,
             max_idle,
             Duration::from_secs(60),
             Duration::from_secs(5),
-            Duration::from_secs(5),
         )
-        .expect("a valid base")
+    }
+
+    /// A client with `idle` as its idle limit and `request` as its request time-out.
+    fn timed_client(base: &str, max_idle: usize, idle: Duration, request: Duration) -> HttpClient {
+        HttpClient::with_idle_timeout(base, max_idle, idle, Duration::from_secs(5), request)
+            .expect("a valid base")
     }
 
     fn text(answer: &Answer) -> String {
@@ -613,14 +617,12 @@ mod tests {
     #[tokio::test]
     async fn a_connection_idle_too_long_is_not_used() {
         let server = fake_server(Behaviour::Echo).await;
-        let http = HttpClient::with_idle_timeout(
+        let http = timed_client(
             &server.base,
             4,
             Duration::from_millis(500),
             Duration::from_secs(5),
-            Duration::from_secs(5),
-        )
-        .expect("a valid base");
+        );
         http.send(Method::GET, "/x", None).await.expect("an answer");
         http.send(Method::GET, "/x", None).await.expect("an answer");
         assert_eq!(server.accepted.load(Ordering::SeqCst), 1);
@@ -632,13 +634,12 @@ mod tests {
     #[tokio::test]
     async fn no_answer_in_time_is_a_timeout() {
         let server = fake_server(Behaviour::Silent).await;
-        let http = HttpClient::new(
+        let http = timed_client(
             &server.base,
             4,
-            Duration::from_secs(5),
+            POOL_IDLE_TIMEOUT,
             Duration::from_millis(200),
-        )
-        .expect("a valid base");
+        );
         let error = http
             .send(Method::POST, "/x", Some(b"{}".to_vec()))
             .await
