@@ -21,6 +21,7 @@ fi
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 2; }
 first_bin=${1#*=}
 loadtest=${BATON_LOADTEST:-$(dirname "$first_bin")/baton-loadtest}
+[[ -x $loadtest ]] || { echo "no load tool at $loadtest (set BATON_LOADTEST)" >&2; exit 2; }
 if [[ -n ${KEEP:-} ]]; then
   work=$KEEP
   mkdir -p "$work"
@@ -42,13 +43,21 @@ count() { # NAME BIN OPS -> prints the callgrind total
     curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break
     sleep 0.2
   done
-  "$loadtest" run --scenario lock-cycle --target "http://127.0.0.1:$port" --clients 4 \
-    --operations "$ops" --no-progress --report "$dir/report.json" >/dev/null 2>&1
+  # A failed run would leave a count of start-up and shutdown only: stop instead.
+  if ! "$loadtest" run --scenario lock-cycle --target "http://127.0.0.1:$port" --clients 4 \
+    --operations "$ops" --no-progress --report "$dir/report.json" >"$dir/loadtest.log" 2>&1; then
+    kill -TERM "$pid"
+    wait "$pid" || true
+    echo "$name: the load test of $ops cycles failed:" >&2
+    tail -5 "$dir/loadtest.log" >&2
+    return 1
+  fi
   kill -TERM "$pid"
   wait "$pid" || true
   grep -E '^(summary|totals):' "$dir/callgrind.out" | head -1 | awk '{print $2}'
 }
 
+pids=()
 for build in "$@"; do
   name=${build%%=*} bin=${build#*=}
   (
@@ -56,5 +65,10 @@ for build in "$@"; do
     b=$(count "$name" "$bin" "$long")
     echo "$name $(( (b - a) / (long - short) )) instructions per lock cycle ($short and $long cycles: $a, $b)"
   ) &
+  pids+=($!)
 done
-wait
+status=0
+for pid in "${pids[@]}"; do
+  wait "$pid" || status=1
+done
+exit $status

@@ -499,3 +499,27 @@ pub async fn list(
     };
     Ok(Answer::ok(page, listed.revision).into_response())
 }
+
+#[cfg(test)]
+mod tests {
+    /// The size of the future `handler` returns, read from its type (never called).
+    fn future_size<H, A, B, C, D, E, F>(_: &H) -> usize
+    where
+        H: Fn(A, B, C, D, E) -> F,
+    {
+        std::mem::size_of::<F>()
+    }
+
+    #[test]
+    fn the_lock_cycle_handlers_futures_stay_small() {
+        // actix boxes every handler's future and each await moves it: at 14 and
+        // 11 KiB (the answer's future held three times over inside
+        // `IdlePoll::await_briefly`) copying them was about 6 % of a node's CPU
+        // under load (BENCHMARKS.md, "Smaller request futures"). About 7 and 4
+        // KiB since; the bounds leave room for the compiler's layouts to drift.
+        let acquire = future_size(&super::acquire);
+        assert!(acquire <= 10 * 1024, "acquire's future is {acquire} bytes");
+        let release = future_size(&super::release);
+        assert!(release <= 8 * 1024, "release's future is {release} bytes");
+    }
+}

@@ -15,7 +15,7 @@
 //! clients, CPU those workers needed (BENCHMARKS.md, "Idle polling under load").
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -79,16 +79,22 @@ impl IdlePoll {
     /// runtime (an HTTP worker), the future is polled again and again, with the
     /// worker's sockets polled in between (`yield_now`), for up to the budget
     /// before the thread may sleep.
-    pub async fn await_briefly<F: Future>(&self, future: F) -> F::Output {
+    ///
+    /// `future` is `Unpin` so that callers pass it pinned where it lives
+    /// (`pin!(...)`): an `async fn` keeps a future argument in its own state more
+    /// than once (as the argument, as what it awaits, as a pinned local), and a
+    /// request's answer future is kilobytes that every request would copy and
+    /// carry several times over (BENCHMARKS.md, "Smaller request futures").
+    pub async fn await_briefly<F: Future + Unpin>(&self, mut future: F) -> F::Output {
         // Nothing polls on a node with followers: it pays not even the count.
         if !self.may_poll() || !on_current_thread_runtime() {
             return future.await;
         }
         let _request = InProgress::enter(&self.requests);
-        let mut future = pin!(future);
         let start = Instant::now();
         loop {
-            let polled = std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await;
+            let polled =
+                std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut future).poll(cx))).await;
             if let Poll::Ready(output) = polled {
                 return output;
             }
@@ -138,6 +144,7 @@ impl Drop for InProgress<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::pin::pin;
     use std::sync::atomic::AtomicU32;
     use std::sync::Arc;
 

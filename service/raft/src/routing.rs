@@ -2,6 +2,7 @@
 //! send it to the leader over the peer listener, and retry across a change of
 //! leader whenever the retry cannot apply a request twice.
 
+use std::pin::pin;
 use std::time::Duration;
 
 use baton_core::{LeaseId, Outcome, Request};
@@ -37,7 +38,13 @@ pub(crate) async fn propose(node: &Node, request: Request) -> Result<Outcome, Ra
     let retry_lost = request.idempotency.is_some();
     let timeout = node.config.propose_timeout + Duration::from_secs(2);
     let call = LeaderCall::Propose(request);
-    let answer = leader_call(node, call, timeout, retry_lost, LeaderAnswer::into_outcome);
+    let answer = pin!(leader_call(
+        node,
+        call,
+        timeout,
+        retry_lost,
+        LeaderAnswer::into_outcome
+    ));
     node.config.idle_poll.await_briefly(answer).await
 }
 
@@ -133,7 +140,9 @@ async fn leader_call<T>(
             },
             Route::Remote(addr) => {
                 let started = std::time::Instant::now();
-                let answered = node.link.call(&addr, &call, timeout).await;
+                // Boxed: a remote call's future is large and rare on a leader,
+                // and kept inline it would size every local call's future.
+                let answered = Box::pin(node.link.call(&addr, &call, timeout)).await;
                 node.metrics.leader_call(&call, started.elapsed());
                 match answered {
                     Ok(Err(RaftLayerError::NotLeader { .. })) => {
@@ -203,10 +212,9 @@ pub(crate) async fn answer(node: &Node, call: LeaderCall) -> LeaderResult {
         return Err(node.not_leader());
     }
     match call {
-        LeaderCall::Campaign => node
-            .raft
-            .trigger()
-            .elect()
+        // The rare calls' futures are boxed so that they do not size the state of
+        // every proposal's (BENCHMARKS.md, "Smaller request futures").
+        LeaderCall::Campaign => Box::pin(node.raft.trigger().elect())
             .await
             .map(|()| LeaderAnswer::Campaigning)
             .map_err(RaftLayerError::unavailable),
@@ -232,12 +240,14 @@ pub(crate) async fn answer(node: &Node, call: LeaderCall) -> LeaderResult {
             id,
             node: member,
             voter,
-        } => crate::membership::add_member_local(node, id, member, voter)
+        } => Box::pin(crate::membership::add_member_local(node, id, member, voter))
             .await
             .map(|()| LeaderAnswer::MembershipChanged),
-        LeaderCall::RemoveMember { id } => crate::membership::remove_member_local(node, id)
-            .await
-            .map(|()| LeaderAnswer::MembershipChanged),
+        LeaderCall::RemoveMember { id } => {
+            Box::pin(crate::membership::remove_member_local(node, id))
+                .await
+                .map(|()| LeaderAnswer::MembershipChanged)
+        }
     }
 }
 
@@ -326,4 +336,27 @@ fn require_clock(node: &Node) -> Result<(), RaftLayerError> {
 fn unexpected(answer: &LeaderAnswer) -> RaftLayerError {
     tracing::error!(?answer, "the leader answered a different call");
     RaftLayerError::Internal("the leader answered a different call".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of the future `propose` returns, read from its type (never called).
+    fn future_size<P, F>(_: &P) -> usize
+    where
+        P: Fn(&'static Node, Request) -> F,
+    {
+        std::mem::size_of::<F>()
+    }
+
+    #[test]
+    fn a_proposal_future_stays_small() {
+        // Every client write awaits this inside its handler's future: 10.7 KiB
+        // when `IdlePoll::await_briefly` took the answer's future by value and
+        // held it three times over, about 3.5 KiB since (BENCHMARKS.md, "Smaller
+        // request futures"). The bound leaves room for the compiler to drift.
+        let size = future_size(&|node: &'static Node, request| node.propose(request));
+        assert!(size <= 6 * 1024, "a proposal's future is {size} bytes");
+    }
 }
