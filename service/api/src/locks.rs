@@ -512,10 +512,11 @@ mod tests {
 
     #[test]
     fn the_lock_cycle_handlers_futures_stay_small() {
-        // actix boxes every handler's future and each await moves it: at 14 and
+        // actix boxes every handler's future and each await moves it. At 14 and
         // 11 KiB (the answer's future held three times over inside
-        // `IdlePoll::await_briefly`) copying them was about 6 % of a node's CPU
-        // under load (BENCHMARKS.md, "Smaller request futures"). About 7 and 4
+        // `IdlePoll::await_briefly`) those copies were a large part of the 5-6 % of a
+        // node's CPU that `memmove` took under load, 1.5 points of which went
+        // with them (BENCHMARKS.md, "Smaller request futures"). About 7 and 4
         // KiB since; the bounds leave room for the compiler's layouts to drift.
         let acquire = future_size(&super::acquire);
         assert!(acquire <= 10 * 1024, "acquire's future is {acquire} bytes");
