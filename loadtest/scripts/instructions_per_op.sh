@@ -43,17 +43,17 @@ count() { # NAME BIN OPS -> prints the callgrind total
     curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break
     sleep 0.2
   done
+  local ran=0
+  "$loadtest" run --scenario lock-cycle --target "http://127.0.0.1:$port" --clients 4 \
+    --operations "$ops" --no-progress --report "$dir/report.json" >"$dir/loadtest.log" 2>&1 || ran=$?
+  kill -TERM "$pid"
+  wait "$pid" || true
   # A failed run would leave a count of start-up and shutdown only: stop instead.
-  if ! "$loadtest" run --scenario lock-cycle --target "http://127.0.0.1:$port" --clients 4 \
-    --operations "$ops" --no-progress --report "$dir/report.json" >"$dir/loadtest.log" 2>&1; then
-    kill -TERM "$pid"
-    wait "$pid" || true
+  if (( ran != 0 )); then
     echo "$name: the load test of $ops cycles failed:" >&2
     tail -5 "$dir/loadtest.log" >&2
     return 1
   fi
-  kill -TERM "$pid"
-  wait "$pid" || true
   grep -E '^(summary|totals):' "$dir/callgrind.out" | head -1 | awk '{print $2}'
 }
 
